@@ -1,0 +1,46 @@
+# layerc — the two set-up commands are `make demo` and `make test` (see README.md).
+# Everything installs into .venv; a stamp file skips the install when pyproject.toml is unchanged.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# The CPU build of torch comes from the local wheel directory when the machine has one;
+# naming the exact version keeps pip from pulling the CUDA build from the index.
+TORCH_VERSION ?= 2.13.0
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
+STAMP  := $(VENV)/.installed
+DEMO   := out/demo
+
+.PHONY: install demo test bench graphviz clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(FIND_LINKS) "torch==$(TORCH_VERSION)"
+	$(PIP) install -q $(FIND_LINKS) -e ".[dev,torch]"
+	@touch $(STAMP)
+
+install: $(STAMP) graphviz
+
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "installing Graphviz (dot)"; \
+	  SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq graphviz >/dev/null; }
+	@command -v dot >/dev/null 2>&1 || { echo "error: Graphviz 'dot' is missing and could not be installed" >&2; exit 1; }
+
+demo: install
+	@mkdir -p $(DEMO)
+	$(VENV)/bin/layerc gen-dump deepseek_v3 $(DEMO)
+	$(VENV)/bin/layerc opt $(DEMO) -p 'select-graph,dce' --timing -o $(DEMO)/roundtrip.txt
+	@echo "demo: wrote $(DEMO)/roundtrip.txt"
+
+test: install
+	$(PY) -m pytest -q -n 2 --durations=10
+
+bench: install
+	$(PY) -m layerc.tools.bench
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

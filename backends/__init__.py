@@ -1,0 +1,1 @@
+"""Backends: printers and emitters that turn IR into text, JSON and pictures."""

@@ -1,0 +1,1 @@
+"""Lark grammars for the texts layerc reads, and the readers that build IR from them."""

@@ -1,0 +1,114 @@
+"""Callbacks for constant arguments, shared by the readers of both syntaxes.
+
+Constants read as Python prints them: ``str()`` at the top level of an AutoDeploy argument
+list, ``repr()`` inside containers, where a bare word names a node or weight. A reader decides
+what a bare word at the top level means; ``_resolve`` turns a word into a value.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from layerc.ir.constants import Device, atom_value
+from layerc.ir.diagnostics import Location, ParseError
+
+
+class Bare(str):
+    """A bare word: a string constant at the top level, a reference inside a container."""
+
+    loc: Location | None = None
+
+
+def bare(text: str, loc: Location) -> Bare:
+    word = Bare(text)
+    word.loc = loc
+    return word
+
+
+def loc_of(tok) -> Location:
+    return Location(tok.line, tok.column)
+
+
+#: Words that mean a constant even inside a container.
+NON_NAMES = frozenset({"None", "True", "False", "inf", "nan"})
+
+
+class _Kw:
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+
+class ConstantCallbacks:
+    """Lark callbacks for the ``const`` rules; the host class provides ``_resolve(name, loc)``."""
+
+    def atom(self, c):
+        (tok,) = c
+        text = tok.value
+        if text[-1] == " ":
+            raise ParseError("a constant cannot end with a space", loc=Location(tok.line, tok.column + len(text) - 1))
+        value = atom_value(text)
+        return bare(value, loc_of(tok)) if type(value) is str else value
+
+    def string(self, c):
+        (tok,) = c
+        return ast.literal_eval(tok.value)
+
+    def name_list(self, c):
+        (tok,) = c
+        loc = loc_of(tok)
+        return [self._element(atom_value(w) if w in NON_NAMES else bare(w, loc)) for w in tok.value[1:-1].split(", ")]
+
+    def int_list(self, c):
+        (tok,) = c
+        return [int(w) for w in tok.value[1:-1].split(", ")]
+
+    def list(self, c):
+        return [self._element(x) for x in c]
+
+    def empty_tuple(self, c):
+        return ()
+
+    def tuple(self, c):
+        return tuple(self._element(x) for x in c)
+
+    def dict(self, c):
+        return {self._element(k): self._element(v) for k, v in c}
+
+    def pair(self, c):
+        return (c[0], c[1])
+
+    def kwarg(self, c):
+        kw, value = c
+        return _Kw(kw.value[:-1], self._element(value))
+
+    def call(self, c):
+        head, *args = c
+        fn = head.value[:-1]
+        pos = [self._element(a) for a in args if not isinstance(a, _Kw)]
+        kws = {a.name: a.value for a in args if isinstance(a, _Kw)}
+        if fn == "slice" and not kws and len(pos) in (1, 2, 3):
+            return slice(*pos)
+        if fn == "device" and not pos and set(kws) <= {"type", "index"} and isinstance(kws.get("type"), str):
+            index = kws.get("index")
+            if index is None or isinstance(index, int):
+                return Device(kws["type"], index)
+        raise ParseError(f"unsupported constant '{fn}(...)'", loc=loc_of(head))
+
+    def _element(self, x):
+        """Inside a container a bare word names a node or weight."""
+        return self._resolve(str(x), x.loc) if type(x) is Bare else x
+
+
+#: Words that mean a constant even inside a container.
+NON_NAMES = frozenset({"None", "True", "False", "inf", "nan"})
+
+
+class _Kw:
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+

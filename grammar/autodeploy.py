@@ -1,0 +1,295 @@
+"""Reader of AutoDeploy graph dumps: text → Module, built inline while Lark parses.
+
+Names resolve as the writer defines them: a ``%name`` that no earlier line defined is a weight
+or buffer (the writer gives ``get_attr`` nodes no line); inside containers, bare names are
+references. A use's ``shape : dtype`` must agree with the value's definition; the first use
+of a weight gives its type.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lark import Transformer
+
+from layerc.grammar._constants import Bare, ConstantCallbacks, loc_of
+from layerc.grammar._lark import build_parser, run_parser
+from layerc.ir.constants import atom_value
+from layerc.ir.diagnostics import Location, ParseError
+from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
+from layerc.ir.types import (
+    UNKNOWN,
+    OpaqueType,
+    TensorType,
+    TupleType,
+    element_from_texts,
+    type_from_texts,
+)
+
+#: How the parser names each terminal in "expected ..." messages.
+DESCRIBE = {
+    "TRANSFORM": "'# Transform: <name>'",
+    "STAGE": "'# Stage: <stage>'",
+    "FOUND": "'# GraphModules found: <N>'",
+    "BANNER": "a line of 80 '='",
+    "GM_NAME": "'# GraphModule: <name>'",
+    "OUTPUT_KW": "'output'",
+    "DEF": "an op line '%name = target(...)'",
+    "REF": "a value '%name'",
+    "TARGET": "an op target",
+    "SHAPE": "a shape such as '8x7168', 'scalar' or '?'",
+    "DTYPE": "a dtype such as 'torch.bfloat16'",
+    "CALL_OPEN": "a constant such as 'slice(...)'",
+    "KW": "a keyword 'name='",
+    "NAME_LIST": "a list",
+    "INT_LIST": "a list",
+    "STRING": "a quoted string",
+    "ATOM": "a constant",
+    "_TSEP": "' : '",
+    "_SEP": "', '",
+    "_DSEP": "': '",
+    "_NL": "a newline",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "COMMA": "','",
+}
+
+
+class _Builder(ConstantCallbacks, Transformer):
+    """Lark callbacks that build the Module while the LALR parser reduces rules, in file order."""
+
+    def __init__(self):
+        super().__init__(visit_tokens=False)
+        self.reset()
+
+    def reset(self) -> None:
+        self.module: Module | None = None
+        self.graph: Graph | None = None
+        self._typed: set[str] = set()  # names whose type a use has already fixed (tuple/list, weights)
+
+    # -- structure -------------------------------------------------------------------------
+    def header3(self, c):
+        self._start_module(c[0], c[1], 3)
+        found = c[2].value[len("# GraphModules found: ") : -1]
+        if not found.isdigit():
+            raise ParseError(f"'{found}' is not a count of GraphModules", loc=Location(c[2].line, 23))
+        self.module.declared_graph_count = int(found)
+
+    def header12(self, c):
+        self._start_module(c[0], c[1], self.generation)
+        self._start_graph(None, Location(3, 1))
+
+    def _start_module(self, transform, stage, generation: int) -> None:
+        self.module = Module(transform.value[len("# Transform: ") : -1], stage.value[len("# Stage: ") : -1], generation)
+
+    def section_head(self, c):
+        graphs = self.module.graphs
+        if graphs and graphs[-1].name is None:
+            graphs.pop()  # the unnamed graph a section-less v2 header would have held
+        self._start_graph(c[1].value[len("# GraphModule: ") : -1], loc_of(c[1]))
+
+    def _start_graph(self, name: str | None, loc: Location) -> None:
+        self.graph = Graph(name)
+        self.graph.loc = loc
+        self._typed = set()
+        self.module.graphs.append(self.graph)
+
+    # -- lines -----------------------------------------------------------------------------
+    def placeholder(self, c):
+        (tok,) = c
+        name, shape, dtype = tok.value[1:-1].split(" : ")
+        self._define(Node(PLACEHOLDER, name, type=type_from_texts(shape, dtype), loc=loc_of(tok)))
+
+    def placeholder1(self, c):
+        (tok,) = c
+        name, dtype = tok.value[1:-1].split(" : ")
+        self._define(Node(PLACEHOLDER, name, type=type_from_texts("?", dtype), loc=loc_of(tok)))
+
+    def op_line(self, c):
+        (tok,) = c
+        text = tok.value
+        eq = text.index(" = ")
+        lp = text.index("(", eq)
+        close = text.index(") : ", lp)  # plain arguments hold no ')'
+        args = []
+        if close > lp + 1:
+            col = tok.column + lp + 1
+            for piece in text[lp + 1 : close].split(", "):
+                if piece[0] == "%":
+                    args.append(self._use(piece, tok.line, col))
+                else:
+                    value = atom_value(piece)
+                    if type(value) is str and piece[-1] == " ":
+                        raise ParseError("a constant cannot end with a space", loc=Location(tok.line, col + len(piece) - 1))
+                    args.append(value)
+                col += len(piece) + 2
+        out = _out_type_text(text[close + 4 :], tok.line, tok.column + close + 4)
+        self._define(Node(OP, text[1:eq], text[eq + 3 : lp], tuple(args), type=out, loc=loc_of(tok)))
+
+    def op(self, c):
+        head, *args, out = c
+        name, target = _split_head(head)
+        self._define(Node(OP, name, target, _top(args), type=_out_type(out), loc=loc_of(head)))
+
+    def op1(self, c):
+        head, *args, out = c
+        name, target = _split_head(head)
+        dtype = out.value[4:-1]
+        t = UNKNOWN if dtype == "N/A" else type_from_texts("?", dtype)
+        self._define(Node(OP, name, target, _top(args), type=t, loc=loc_of(head)))
+
+    def output(self, c):
+        kw, *items = c
+        name = "output"
+        n = 0
+        while name in self.graph:
+            n += 1
+            name = f"output_{n}"
+        self._define(Node(OUTPUT, name, args=(output_result(_top(items)),), loc=loc_of(kw)))
+
+    def _define(self, node: Node) -> None:
+        prior = self.graph.value(node.name)
+        if isinstance(prior, Weight):
+            raise ParseError(
+                f"'%{node.name}' is defined here but used earlier, at line {prior.loc.line}",
+                loc=node.loc,
+            )
+        if prior is not None:
+            raise ParseError(f"redefinition of '%{node.name}' (first defined at line {prior.loc.line})", loc=node.loc)
+        self.graph.append(node)
+
+    # -- references ------------------------------------------------------------------------
+    def ref_arg(self, c):
+        (tok,) = c
+        return self._use(tok.value, tok.line, tok.column)
+
+    def _use(self, text: str, line: int, column: int) -> Value:
+        """``%name : shape : dtype`` where a value is read: check it against the definition."""
+        name, shape, dtype = text[1:].split(" : ")
+        value = self.graph.value(name)
+        if value is None:
+            value = self.graph.weight(name, type_from_texts(shape, dtype), Location(line, column))
+            self._typed.add(name)
+            return value
+        t = value.type
+        used = type_from_texts(shape, dtype)  # cached: equal texts give the same object
+        if used is t or used == t:
+            self._typed.add(name)
+            return value
+        if isinstance(t, TupleType) and shape == "?":
+            if dtype == t.container:
+                return value
+            if dtype in ("tuple", "list") and name not in self._typed:
+                value.type = TupleType(t.elements, dtype)  # the first use tells the container kind
+                self._typed.add(name)
+                return value
+        raise ParseError(
+            f"'%{name}' is used as '{shape} : {dtype}' but is '{t.shape_text()} : {t.dtype_text()}'"
+            + (f" (line {value.loc.line})" if value.loc else ""),
+            loc=Location(line, column + len(name) + 4),
+        )
+
+    def bare_ref(self, c):
+        (ref,) = c
+        return self._resolve(ref.value[1:], loc_of(ref))
+
+    def _resolve(self, name: str, loc: Location) -> Value:
+        value = self.graph.value(name)
+        return value if value is not None else self.graph.weight(name, UNKNOWN, loc)
+
+
+def _split_head(tok) -> tuple[str, str]:
+    """``%name = target(`` → (name, target)."""
+    text = tok.value
+    eq = text.index(" = ")
+    return text[1:eq], text[eq + 3 : -1]
+
+
+def _out_type(tok):
+    return _out_type_text(tok.value[4:], tok.line, tok.column + 4)
+
+
+def _out_type_text(text: str, line: int, column: int):
+    """The type an op's own line gives after ``) : ``: single, multi-output, or none (``? : N/A``)."""
+    text = text[:-1]  # the newline
+    if text[0] != "(":
+        shape, dtype = text.split(" : ")
+        return UNKNOWN if shape == "?" and dtype == "N/A" else type_from_texts(shape, dtype)
+    mid = text.index(") : (")
+    shapes = split_top_level(text[1:mid])
+    dtypes = text[mid + 5 : -1].split(", ")
+    if len(shapes) != len(dtypes):
+        raise ParseError(
+            f"{len(shapes)} shapes but {len(dtypes)} dtypes in a multi-output annotation",
+            loc=Location(line, column),
+        )
+    return TupleType(tuple(element_from_texts(s, d) for s, d in zip(shapes, dtypes)))
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on ``", "`` outside parentheses (a dim may be ``Max(1, s0)``)."""
+    if "(" not in text:
+        return text.split(", ")
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0 and text.startswith(", ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    parts.append(text[start:])
+    return parts
+
+
+def output_result(items: tuple):
+    """The fx output value behind ``output a, b``: the writer prints a tuple's items, or one item."""
+    if len(items) == 1 and not isinstance(items[0], (list, tuple)):
+        return items[0]
+    return items
+
+
+def _top(args: list) -> tuple:
+    """At the top level a bare word is a plain string constant."""
+    return tuple(str(a) if type(a) is Bare else a for a in args)
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    builder = _Builder()
+    return build_parser("autodeploy.lark", ["start_v3", "start_v2", "start_v1"], builder), builder
+
+
+def detect_generation(text: str) -> int:
+    """3 when the header counts GraphModules; else 2 if annotations carry shapes, 1 if not."""
+    head = text[:400].split("\n", 3)
+    if len(head) > 2 and head[2].startswith("# GraphModules found:"):
+        return 3
+    for line in text.split("\n", 200)[:200]:
+        if line.startswith("%"):
+            return 2 if line.count(" : ") >= 2 else 1
+    return 2
+
+
+def parse_autodeploy(text: str, path: str | None = None) -> Module:
+    """Parse one dump file's text into a Module (not yet verified)."""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    generation = detect_generation(text)
+    parser, builder = _parser()
+    builder.reset()
+    builder.generation = generation
+    try:
+        run_parser(parser, text, f"start_v{generation}", path, DESCRIBE)
+        module = builder.module
+    finally:
+        builder.reset()
+    if module is None:  # pragma: no cover - the grammar always reduces a header first
+        raise ParseError("empty dump", path, Location(1, 1))
+    module.source = path
+    return module

@@ -1,0 +1,1 @@
+"""Passes over the IR, the pass registry and the pipeline."""

@@ -1,0 +1,205 @@
+"""Pass pipelines: parse ``a,b{k=v}``, build the passes, run them with verification,
+IR printing and timing between passes (MLIR's instrumentation, xDSL's pipeline callback).
+
+Every pass name and option is checked before the first pass runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable, TextIO
+
+from lark import Transformer
+
+from layerc.grammar._lark import build_parser, run_parser
+from layerc.ir.diagnostics import LayercError, Location, ParseError
+from layerc.ir.graph import Module
+from layerc.passes.base import Context, ModulePass
+from layerc.passes.registry import get_all_passes, get_pass_class
+
+SOURCE = "<pipeline>"
+
+_DESCRIBE = {
+    "PASS_NAME": "a pass name",
+    "ANCHOR": "an anchor such as 'builtin.module('",
+    "KEY_EQ": "an option 'key='",
+    "NEXT_KEY": "an option ', key='",
+    "BARE": "a value",
+    "QUOTED": "a quoted value",
+    "_COMMA": "','",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "RPAR": "')'",
+}
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One pass as written: its name, raw option values, and where it stands in the text."""
+
+    name: str
+    options: dict[str, tuple[str, ...]]
+    column: int
+
+
+class _SpecBuilder(Transformer):
+    def start(self, c):
+        return c[-1]  # an anchor, if any, comes first
+
+    def passes(self, c):
+        return list(c)
+
+    def pass_(self, c):
+        name = c[0]
+        opts = c[1] if len(c) > 1 else {}
+        return PassSpec(str(name), opts, name.column)
+
+    def options(self, c):
+        opts: dict[str, tuple[str, ...]] = {}
+        for key_tok, value in zip(c[::2], c[1::2]):
+            key = key_tok.value.lstrip(", \t").rstrip("= \t").replace("-", "_")
+            if key in opts:
+                raise ParseError(f"option '{key}' given twice", loc=Location(1, key_tok.column))
+            opts[key] = value
+        return opts
+
+    def value(self, c):
+        return tuple(v.value[1:-1] if v.type == "QUOTED" else v.value for v in c)
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    return build_parser("pipeline.lark", ["start"], _SpecBuilder())
+
+
+def parse_pipeline_text(text: str) -> list[PassSpec]:
+    return run_parser(_parser(), text, "start", SOURCE, _DESCRIBE) or []
+
+
+def build_pipeline(text: str) -> list[ModulePass]:
+    """Parse ``text`` and instantiate its passes; unknown names and bad options fail here."""
+    specs = parse_pipeline_text(text)
+    known = get_all_passes()
+    unknown = [s for s in specs if s.name not in known]
+    if unknown:
+        s = unknown[0]
+        names = ", ".join(sorted(known))
+        raise ParseError(
+            f"unknown pass '{s.name}' (known passes: {names})", SOURCE, Location(1, s.column), text
+        )
+    passes = []
+    for s in specs:
+        try:
+            passes.append(make_pass(get_pass_class(s.name), s.options))
+        except LayercError as e:
+            raise ParseError(f"{s.name}: {e.message}", SOURCE, Location(1, s.column), text) from None
+    return passes
+
+
+def make_pass(cls: type[ModulePass], options: dict[str, tuple[str, ...]]) -> ModulePass:
+    """Convert raw option strings to the types of the pass's fields."""
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, raw in options.items():
+        if key not in by_name:
+            allowed = ", ".join(k.replace("_", "-") for k in by_name) or "none"
+            raise LayercError(f"unknown option '{key.replace('_', '-')}' (options: {allowed})")
+        kwargs[key] = _convert(key, raw, hints[key])
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise LayercError(str(e)) from None
+
+
+def _convert(key: str, raw: tuple[str, ...], hint):
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(raw) == 1 and raw[0].lower() == "none":
+            return None
+        return _convert(key, raw, inner[0])
+    if origin is tuple:
+        item = args[0] if args else str
+        return tuple(_scalar(key, r, item) for r in raw)
+    if len(raw) != 1:
+        raise LayercError(f"option '{key}' takes one value, not a list")
+    return _scalar(key, raw[0], hint)
+
+
+def _scalar(key: str, text: str, hint):
+    try:
+        if hint is bool:
+            low = text.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if hint in (int, float, str):
+            return hint(text)
+    except ValueError:
+        raise LayercError(f"option '{key}' expects {hint.__name__}, got '{text}'") from None
+    raise LayercError(f"option '{key}' has a type layerc cannot parse: {hint}")
+
+
+@dataclass
+class PassTiming:
+    name: str
+    seconds: float
+
+
+@dataclass
+class PassManager:
+    """Runs passes in order. After each: verify (unless disabled), print the IR if asked, time it."""
+
+    passes: list[ModulePass]
+    verify_each: bool = True
+    print_ir_after_all: bool = False
+    print_ir: Callable[[Module], str] | None = None
+    ir_stream: TextIO | None = None
+    timings: list[PassTiming] = field(default_factory=list)
+
+    def run(self, ctx: Context, module: Module) -> None:
+        for p in self.passes:
+            start = time.perf_counter()
+            p.apply(ctx, module)
+            self.timings.append(PassTiming(p.name, time.perf_counter() - start))
+            if self.verify_each:
+                start = time.perf_counter()
+                try:
+                    module.verify()
+                except LayercError as e:
+                    e.message = f"IR is invalid after pass '{p.name}': {e.message}"
+                    raise
+                self.timings.append(PassTiming("(verify)", time.perf_counter() - start))
+            if self.print_ir_after_all and self.print_ir is not None and self.ir_stream is not None:
+                self.ir_stream.write(f"// -----// IR Dump After {p.pipeline_text()} //----- //\n")
+                self.ir_stream.write(self.print_ir(module))
+
+    @property
+    def pipeline_text(self) -> str:
+        return ",".join(p.pipeline_text() for p in self.passes)
+
+
+def timing_report(phases: list[PassTiming]) -> str:
+    """An MLIR-style ``-mlir-timing`` list report."""
+    total = sum(t.seconds for t in phases) or 1e-12
+    lines = [
+        "===" + "-" * 73 + "===",
+        "... Execution time report ...".center(79),
+        "===" + "-" * 73 + "===",
+        f"  Total Execution Time: {total:.4f} seconds",
+        "",
+        "  ----Wall Time----  ----Name----",
+    ]
+    for t in phases:
+        lines.append(f"  {t.seconds:8.4f} ({100 * t.seconds / total:5.1f}%)  {t.name}")
+    lines.append(f"  {total:8.4f} (100.0%)  Total")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,48 @@
+"""The pass registry: names → factories, loaded lazily (importing layerc stays cheap).
+
+Built-in passes are listed here; other packages add theirs through the ``layerc.passes``
+entry-point group (``name = "package.module:PassClass"``). A name defined twice is an error.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import Callable
+
+from layerc.ir.diagnostics import LayercError
+from layerc.passes.base import ModulePass
+
+#: name → "module:Class" of the built-in passes.
+BUILTIN_PASSES: dict[str, str] = {
+    "dce": "layerc.passes.dce:DeadCodeElimination",
+    "select-graph": "layerc.passes.select_graph:SelectGraph",
+    "strip-unused-weights": "layerc.passes.dce:StripUnusedWeights",
+}
+
+
+def _loader(spec: str) -> Callable[[], type[ModulePass]]:
+    module, _, cls = spec.partition(":")
+    return lambda: getattr(import_module(module), cls)
+
+
+@lru_cache(maxsize=1)
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every known pass name with a factory that imports its class on first use."""
+    passes = {name: _loader(spec) for name, spec in BUILTIN_PASSES.items()}
+    for ep in entry_points(group="layerc.passes"):
+        if ep.name in passes:
+            raise LayercError(f"pass '{ep.name}' is registered twice (entry point {ep.value})")
+        passes[ep.name] = ep.load
+    return passes
+
+
+def get_pass_class(name: str) -> type[ModulePass]:
+    factory = get_all_passes().get(name)
+    if factory is None:
+        raise LayercError(f"unknown pass '{name}'")
+    cls = factory()
+    if getattr(cls, "name", None) != name:
+        raise LayercError(f"pass class {cls.__qualname__} is registered as '{name}' but is named '{getattr(cls, 'name', None)}'")
+    return cls

@@ -1,0 +1,1 @@
+"""Drivers, as in LLVM/MLIR: the `layerc` command and the tools it runs."""

@@ -1,0 +1,65 @@
+"""The ``layerc`` command: subcommands over the IR, the passes and the backends.
+
+Exit status: 0 on success, 1 on an error in the input or a failed pass (printed as
+``file:line:col: error: ...``), 2 on a usage error. Never a traceback, unless
+``LAYERC_TRACEBACK=1`` asks for one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+from layerc.ir.diagnostics import LayercError
+
+#: subcommand → (module with configure_parser/run, help line); modules load only when used.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "opt": ("layerc.tools.opt", "parse a dump, run a pass pipeline, print the IR"),
+    "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
+    "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from importlib import import_module
+
+    parser = argparse.ArgumentParser(prog="layerc", description="What your transformer model really does, layer by layer.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = sys.argv[1] if len(sys.argv) > 1 else None
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        # Configure only the subcommand being run: import costs stay off the other paths.
+        if name == chosen:
+            mod = import_module(module)
+            mod.configure_parser(p)
+            p.set_defaults(run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    parser = build_parser()
+    args = parser.parse_args()
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args) or 0
+    except LayercError as e:
+        sys.stderr.write(e.format() + "\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("layerc: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug in layerc: say so in one line, keep tracebacks for developers
+        if os.environ.get("LAYERC_TRACEBACK"):
+            raise
+        sys.stderr.write(f"layerc: internal error: {type(e).__name__}: {e} (set LAYERC_TRACEBACK=1 for details)\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

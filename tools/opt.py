@@ -1,0 +1,99 @@
+"""``layerc opt``: read a dump (file or AD_DUMP_GRAPHS_DIR), run a pass pipeline, print the IR.
+
+As ``mlir-opt``/``xdsl-opt``: ``-p 'a,b{k=v}'``, ``--emit ad|fx|json``, ``-o``,
+``--print-ir-after-all``, ``--timing``, ``--list-passes``; the IR is verified after every pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from layerc.ir.diagnostics import LayercError
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", nargs="?", help="dump file, dump directory (AD_DUMP_GRAPHS_DIR), or torch.fx print")
+    p.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline, e.g. 'dce,select-graph{section=monolithic.model}'")
+    p.add_argument("--emit", choices=("ad", "fx", "json"), default="ad", help="output syntax (default: ad)")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout); written atomically")
+    p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
+    p.add_argument("--section", metavar="NAME", help="keep only this GraphModule section")
+    p.add_argument("--syntax", choices=("auto", "ad", "fx"), default="auto", help="input syntax (default: detect)")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
+    p.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
+    p.add_argument("--disable-verify", action="store_true", help="do not verify the IR after each pass")
+    p.add_argument("--dump-pass-pipeline", action="store_true", help="print the pipeline that will run, to stderr")
+    p.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
+    p.set_defaults(usage_error=p.error)
+
+
+def run(args: argparse.Namespace) -> int:
+    from layerc.backends.registry import EMITTERS
+    from layerc.grammar.dumps import load
+    from layerc.passes.base import Context
+    from layerc.passes.pipeline import PassManager, PassTiming, build_pipeline, timing_report
+
+    if args.list_passes:
+        return _list_passes()
+    if args.input is None:
+        args.usage_error("the following arguments are required: input")  # exits 2
+    # Everything the command line names is checked before any work.
+    passes = build_pipeline(args.passes)
+    if args.section:
+        from layerc.passes.select_graph import SelectGraph
+
+        passes.insert(0, SelectGraph(section=args.section))
+    emitter = EMITTERS[args.emit]
+    phases: list[PassTiming] = []
+
+    start = time.perf_counter()
+    module = load(args.input, file=args.file, syntax=args.syntax)
+    phases.append(PassTiming("Parser", time.perf_counter() - start))
+
+    pm = PassManager(
+        passes,
+        verify_each=not args.disable_verify,
+        print_ir_after_all=args.print_ir_after_all,
+        print_ir=emitter,
+        ir_stream=sys.stderr,
+    )
+    if args.dump_pass_pipeline:
+        sys.stderr.write(f"Pass Manager with {len(passes)} passes:\n{pm.pipeline_text}\n")
+    ctx = Context()
+    pm.run(ctx, module)
+    phases.extend(pm.timings)
+    for w in ctx.warnings:
+        sys.stderr.write(f"layerc: warning: {w}\n")
+
+    start = time.perf_counter()
+    text = emitter(module)
+    from layerc.tools.outputs import emit
+
+    emit(text, args.output)
+    phases.append(PassTiming("Output", time.perf_counter() - start))
+    if args.timing:
+        sys.stderr.write(timing_report(phases))
+    return 0
+
+
+def _list_passes() -> int:
+    import dataclasses
+    import typing
+
+    from layerc.passes.registry import get_all_passes, get_pass_class
+
+    for name in sorted(get_all_passes()):
+        cls = get_pass_class(name)
+        hints = typing.get_type_hints(cls)
+        opts = " ".join(
+            f"{f.name.replace('_', '-')}={getattr(hints[f.name], '__name__', str(hints[f.name]))}"
+            for f in dataclasses.fields(cls)
+        )
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        sys.stdout.write(f"{name}{'{' + opts + '}' if opts else ''}\n    {doc}\n")
+    return 0
+
+
+__all__ = ["configure_parser", "run", "LayercError"]
