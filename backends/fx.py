@@ -12,6 +12,7 @@ from layerc.ir.targets import to_fx_target
 
 
 def print_graph(graph: Graph) -> str:
+    """Exactly ``str(gm.graph)`` (no final newline; ``print`` adds one)."""
     ret = graph.meta.get("fx_return_type")
     lines = [f"graph(){' -> ' + ret if ret else ''}:"]
     weights_at: dict[int, list[Weight]] = {}
@@ -23,7 +24,7 @@ def print_graph(graph: Graph) -> str:
         lines.append(_node(node))
     for ws in weights_at.values():
         lines.extend(_get_attr(w) for w in ws)
-    return "\n    ".join(lines) + "\n"
+    return "\n    ".join(lines)
 
 
 def _lhs(value: Value) -> str:

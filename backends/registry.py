@@ -20,7 +20,7 @@ def _fx(module: Module) -> str:
     if len(module.graphs) != 1:
         names = ", ".join(str(g.name) for g in module.graphs)
         raise LayercError(f"torch.fx text holds one graph; pick a section with --section ({names})")
-    return print_graph(module.graphs[0])
+    return print_graph(module.graphs[0]) + "\n"
 
 
 def _json(module: Module) -> str:

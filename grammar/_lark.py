@@ -44,12 +44,21 @@ def _plugins() -> dict:
     return {"_plugins": lark_cython.plugins}
 
 
-def run_parser(parser: lark.Lark, text: str, start: str, path: str | None, describe: dict[str, str]):
-    """Parse ``text``; every failure becomes a ParseError at the offending line and column."""
+def run_parser(parser: lark.Lark, text: str, start: str, path: str | None, describe: dict[str, str], refine=None):
+    """Parse ``text``; every failure becomes a ParseError at the offending line and column.
+
+    ``refine(line_text, column)`` may return a better ``(column, message)`` for an error that
+    falls at the start of a composite terminal.
+    """
     try:
         return parser.parse(text, start=start)
     except UnexpectedInput as e:
-        raise _located(e, text, path, describe) from None
+        err = _located(e, text, path, describe)
+        if refine is not None and err.loc is not None and err.source_line is not None:
+            better = refine(err.source_line, err.loc.column)
+            if better is not None:
+                err = ParseError(better[1], path, Location(err.loc.line, better[0]), err.source_line)
+        raise err from None
     except VisitError as e:  # an IR-building callback raised
         inner = e.orig_exc
         if isinstance(inner, LayercError):

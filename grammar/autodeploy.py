@@ -8,12 +8,14 @@ of a weight gives its type.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
+import lark
 from lark import Transformer
 
 from layerc.grammar._constants import Bare, ConstantCallbacks, loc_of
-from layerc.grammar._lark import build_parser, run_parser
+from layerc.grammar._lark import build_parser, grammar_text, run_parser
 from layerc.ir.constants import atom_value
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
@@ -34,7 +36,13 @@ DESCRIBE = {
     "BANNER": "a line of 80 '='",
     "GM_NAME": "'# GraphModule: <name>'",
     "OUTPUT_KW": "'output'",
-    "DEF": "an op line '%name = target(...)'",
+    "PLACEHOLDER_LINE": "a placeholder '%name : shape : dtype'",
+    "PLACEHOLDER1_LINE": "a placeholder '%name : dtype'",
+    "OP_HEAD": "an op line '%name = target(...) : shape : dtype'",
+    "OP_LINE": "an op line '%name = target(...) : shape : dtype'",
+    "REF_ARG": "an argument '%name : shape : dtype'",
+    "OUT_INFO": "') : shape : dtype'",
+    "OUT1_INFO": "') : dtype'",
     "REF": "a value '%name'",
     "TARGET": "an op target",
     "SHAPE": "a shape such as '8x7168', 'scalar' or '?'",
@@ -168,17 +176,19 @@ class _Builder(ConstantCallbacks, Transformer):
         return self._use(tok.value, tok.line, tok.column)
 
     def _use(self, text: str, line: int, column: int) -> Value:
-        """``%name : shape : dtype`` where a value is read: check it against the definition."""
+        """``%name : shape : dtype`` where a value is read: check it against what is known."""
         name, shape, dtype = text[1:].split(" : ")
+        used = type_from_texts(shape, dtype)  # cached: equal texts give the same object
         value = self.graph.value(name)
         if value is None:
-            value = self.graph.weight(name, type_from_texts(shape, dtype), Location(line, column))
+            self._typed.add(name)
+            return self.graph.weight(name, used, Location(line, column))
+        if isinstance(value, Weight) and name not in self._typed:
+            value.type = used  # first annotated use (earlier ones were bare names in a list)
             self._typed.add(name)
             return value
         t = value.type
-        used = type_from_texts(shape, dtype)  # cached: equal texts give the same object
         if used is t or used == t:
-            self._typed.add(name)
             return value
         if isinstance(t, TupleType) and shape == "?":
             if dtype == t.container:
@@ -259,10 +269,86 @@ def _top(args: list) -> tuple:
     return tuple(str(a) if type(a) is Bare else a for a in args)
 
 
+class _Pinpoint:
+    """Finds where inside a composite terminal (a placeholder line, ``%y = target(``, an
+    annotated argument, ``) : out-info``) the text stops matching, using the grammar's own
+    sub-terminal regexes."""
+
+    def __init__(self):
+        # Lexer-only mode keeps every terminal, the sub-terminals too.
+        terminals = lark.Lark(grammar_text("autodeploy.lark"), parser=None, lexer="basic", start="start_v3")
+
+        def rx(name):
+            return re.compile(terminals.get_terminal(name).pattern.to_regexp())
+
+        self.name, self.shape, self.dtype, self.target = rx("NAME"), rx("SHAPE"), rx("DTYPE"), rx("TARGET")
+
+    def __call__(self, line: str, column: int):
+        pos = column - 1
+        if pos >= len(line):
+            return None
+        if line.startswith("%", pos):
+            if pos == 0 and " = " in line[: line.find(" : ") if " : " in line else len(line)]:
+                steps = [("%", "'%'"), (self.name, "a name"), (" = ", "' = '"), (self.target, DESCRIBE["TARGET"]), ("(", "'('")]
+                return self._walk(line, pos, steps, end=False)
+            sep = "' : ' (a placeholder) or ' = ' (an op)" if pos == 0 else "' : '"
+            steps = [("%", "'%'"), (self.name, "a name"), (" : ", sep), (self.shape, DESCRIBE["SHAPE"]), (" : ", "' : '"), (self.dtype, DESCRIBE["DTYPE"])]
+            return self._walk(line, pos, steps, end=pos == 0)
+        if line.startswith(")", pos):
+            steps = [(") : ", "' : ' after ')'")]
+            if line.startswith(") : (", pos):
+                return self._walk_multi(line, pos + 5)
+            steps += [(self.shape, DESCRIBE["SHAPE"]), (" : ", "' : '"), (self.dtype, DESCRIBE["DTYPE"])]
+            return self._walk(line, pos, steps, end=True)
+        return None
+
+    def _walk(self, line: str, pos: int, steps, end: bool):
+        for want, what in steps:
+            if isinstance(want, str):
+                if not line.startswith(want, pos):
+                    return pos + 1, f"expected {what}"
+                pos += len(want)
+            else:
+                m = want.match(line, pos)
+                if m is None or m.end() == pos:
+                    return pos + 1, f"expected {what}"
+                pos = m.end()
+        if end and pos < len(line):
+            return pos + 1, f"unexpected '{line[pos:pos + 20]}' after the dtype"
+        return None
+
+    def _walk_multi(self, line: str, pos: int):
+        for rx, what, close in ((self.shape, DESCRIBE["SHAPE"], ") : ("), (self.dtype, DESCRIBE["DTYPE"], ")")):
+            while True:
+                m = rx.match(line, pos)
+                if m is None or m.end() == pos:
+                    return pos + 1, f"expected {what}"
+                pos = m.end()
+                if line.startswith(", ", pos):
+                    pos += 2
+                    continue
+                if not line.startswith(close, pos):
+                    return pos + 1, f"expected ', ' or '{close}'"
+                pos += len(close)
+                break
+        if pos < len(line):
+            return pos + 1, f"unexpected '{line[pos:pos + 20]}' after the dtypes"
+        return None
+
+
 @lru_cache(maxsize=1)
 def _parser():
     builder = _Builder()
     return build_parser("autodeploy.lark", ["start_v3", "start_v2", "start_v1"], builder), builder
+
+
+@lru_cache(maxsize=1)
+def _pinpointer() -> _Pinpoint:
+    return _Pinpoint()
+
+
+def _refine(line: str, column: int):
+    return _pinpointer()(line, column)
 
 
 def detect_generation(text: str) -> int:
@@ -285,7 +371,7 @@ def parse_autodeploy(text: str, path: str | None = None) -> Module:
     builder.reset()
     builder.generation = generation
     try:
-        run_parser(parser, text, f"start_v{generation}", path, DESCRIBE)
+        run_parser(parser, text, f"start_v{generation}", path, DESCRIBE, _refine)
         module = builder.module
     finally:
         builder.reset()
