@@ -58,7 +58,8 @@ class ConstantCallbacks:
     def name_list(self, c):
         (tok,) = c
         loc = loc_of(tok)
-        return [self._element(atom_value(w) if w in NON_NAMES else bare(w, loc)) for w in tok.value[1:-1].split(", ")]
+        resolve = self._resolve
+        return [atom_value(w) if w in NON_NAMES else resolve(w, loc) for w in tok.value[1:-1].split(", ")]
 
     def int_list(self, c):
         (tok,) = c

@@ -48,7 +48,12 @@ class Weight(Value):
     __slots__ = ("target",)
 
     def __init__(self, name: str, type: Type = UNKNOWN, loc: Location | None = None, target: str | None = None):
-        super().__init__(name, type, loc)
+        # Flat on purpose: dumps before MoE fusion reference tens of thousands of weights.
+        self.name = name
+        self.type = type
+        self.users = {}
+        self.meta = {}
+        self.loc = loc
         self.target = target
 
     def __repr__(self) -> str:
@@ -194,12 +199,11 @@ class Graph:
 
     def weight(self, name: str, type: Type = UNKNOWN, loc: Location | None = None) -> Weight:
         """The weight called ``name``, created on first reference."""
-        w = self.weights.get(name)
+        w = self._values.get(name)
         if w is None:
-            if name in self._values:
-                raise VerifyError(f"'{name}' is a node, not a weight", loc=loc)
-            w = self.weights[name] = Weight(name, type, loc)
-            self._values[name] = w
+            w = self.weights[name] = self._values[name] = Weight(name, type, loc)
+        elif not isinstance(w, Weight):
+            raise VerifyError(f"'{name}' is a node, not a weight", loc=loc)
         return w
 
     def value(self, name: str) -> Value | None:
@@ -247,6 +251,7 @@ class Graph:
     def verify(self) -> None:
         """Raise VerifyError at the first broken invariant."""
         position: dict[Value, int] = {}
+        readers: dict[Value, int] = {}  # how many nodes read each value, to check use-lists in O(n)
         for w in self.weights.values():
             if self._values.get(w.name) is not w:
                 raise VerifyError(f"weight '{w.name}' is not registered under its name", loc=w.loc)
@@ -266,11 +271,13 @@ class Graph:
                     raise VerifyError(f"'%{node.name}' reads '{v.name}', which is {what}", loc=node.loc)
                 if node not in v.users:
                     raise VerifyError(f"use-list of '{v.name}' misses '%{node.name}'", loc=node.loc)
+                readers[v] = readers.get(v, 0) + 1
             position[node] = i
         for v in position:
-            for user in v.users:
-                if user not in position or v not in user.inputs:
-                    raise VerifyError(f"use-list of '{v.name}' names '%{user.name}', which does not read it", loc=v.loc)
+            if len(v.users) != readers.get(v, 0):
+                extra = next((u for u in v.users if u not in position or v not in u.inputs), None)
+                name = extra.name if extra is not None else "?"
+                raise VerifyError(f"use-list of '{v.name}' names '%{name}', which does not read it", loc=v.loc)
 
 
 class Module:

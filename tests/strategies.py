@@ -93,12 +93,11 @@ def _ad_graph(draw, section: str | None, gen: int) -> Graph:
     for w in g.weights.values():
         if not any(w in n.args for n in w.users):
             w.type = UNKNOWN
-    # A multi-output value shows its container only where it is used.
+    # A multi-output value shows its container only where it is an argument itself.
     for n in g.nodes:
-        if isinstance(n.type, TupleType) and not n.users:
-            n.type = TupleType(n.type.elements, "tuple")
-        elif isinstance(n.type, TupleType):
-            n.type = TupleType(n.type.elements, draw(st.sampled_from(["tuple", "list"])))
+        if isinstance(n.type, TupleType):
+            shown = any(n in u.args for u in n.users)
+            n.type = TupleType(n.type.elements, draw(st.sampled_from(["tuple", "list"])) if shown else "tuple")
     if draw(st.booleans()) or values:
         refs = st.sampled_from(values) if values else st.nothing()
         result = draw(st.one_of(refs, st.lists(st.one_of(refs, scalars), min_size=2, max_size=3).map(tuple), st.just(())))
