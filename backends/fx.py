@@ -6,7 +6,7 @@ as ``ep.module()`` graphs have them. Argument formatting follows fx's ``_format_
 
 from __future__ import annotations
 
-from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Node, Value, Weight
+from layerc.ir.graph import OUTPUT, PLACEHOLDER, Graph, Node, Value, Weight
 from layerc.ir.pyformat import python_str
 from layerc.ir.targets import to_fx_target
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import ast
 
+from lark import Transformer
+
 from layerc.ir.constants import Device, atom_value
 from layerc.ir.diagnostics import Location, ParseError
+from layerc.ir.graph import Graph, Module
 
 
 class Bare(str):
@@ -40,8 +43,17 @@ class _Kw:
         self.name, self.value = name, value
 
 
-class ConstantCallbacks:
-    """Lark callbacks for the ``const`` rules; the host class provides ``_resolve(name, loc)``."""
+class ConstantCallbacks(Transformer):
+    """Base of the readers' inline transformers: the module being built, and the callbacks
+    for the ``const`` rules; a reader provides ``_resolve(name, loc)``."""
+
+    def __init__(self):
+        super().__init__(visit_tokens=False)
+        self.reset()
+
+    def reset(self) -> None:
+        self.module: Module | None = None
+        self.graph: Graph | None = None
 
     def atom(self, c):
         (tok,) = c
@@ -100,16 +112,3 @@ class ConstantCallbacks:
     def _element(self, x):
         """Inside a container a bare word names a node or weight."""
         return self._resolve(str(x), x.loc) if type(x) is Bare else x
-
-
-#: Words that mean a constant even inside a container.
-NON_NAMES = frozenset({"None", "True", "False", "inf", "nan"})
-
-
-class _Kw:
-    __slots__ = ("name", "value")
-
-    def __init__(self, name, value):
-        self.name, self.value = name, value
-
-

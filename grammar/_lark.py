@@ -115,6 +115,18 @@ def _expected(names, describe: dict[str, str]) -> str:
     return "; expected " + (wanted[0] if len(wanted) == 1 else "one of " + ", ".join(wanted))
 
 
+#: Terminals both readers name the same way (the constant sub-grammar), for error messages.
+COMMON_TERMINALS = {
+    "REF": "a value '%name'",
+    "ATOM": "a constant",
+    "STRING": "a quoted string",
+    "CALL_OPEN": "a constant such as 'slice(...)'",
+    "KW": "a keyword 'name='",
+    "_SEP": "', '",
+    "_DSEP": "': '",
+    "_NL": "a newline",
+}
+
 _PUNCT = {
     "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "LBRACE": "'{'", "RBRACE": "'}'",
     "COMMA": "','", "EQUAL": "'='", "COLON": "':'", "DOT": "'.'",

@@ -12,24 +12,22 @@ import re
 from functools import lru_cache
 
 import lark
-from lark import Transformer
 
 from layerc.grammar._constants import Bare, ConstantCallbacks, loc_of
-from layerc.grammar._lark import build_parser, grammar_text, run_parser
+from layerc.grammar._lark import COMMON_TERMINALS, build_parser, grammar_text, run_parser
 from layerc.ir.constants import atom_value
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
 from layerc.ir.types import (
     UNKNOWN,
-    OpaqueType,
-    TensorType,
     TupleType,
     element_from_texts,
+    split_top_level,
     type_from_texts,
 )
 
 #: How the parser names each terminal in "expected ..." messages.
-DESCRIBE = {
+DESCRIBE = COMMON_TERMINALS | {
     "TRANSFORM": "'# Transform: <name>'",
     "STAGE": "'# Stage: <stage>'",
     "FOUND": "'# GraphModules found: <N>'",
@@ -43,40 +41,20 @@ DESCRIBE = {
     "REF_ARG": "an argument '%name : shape : dtype'",
     "OUT_INFO": "') : shape : dtype'",
     "OUT1_INFO": "') : dtype'",
-    "REF": "a value '%name'",
     "TARGET": "an op target",
     "SHAPE": "a shape such as '8x7168', 'scalar' or '?'",
     "DTYPE": "a dtype such as 'torch.bfloat16'",
-    "CALL_OPEN": "a constant such as 'slice(...)'",
-    "KW": "a keyword 'name='",
     "NAME_LIST": "a list",
     "INT_LIST": "a list",
-    "STRING": "a quoted string",
-    "ATOM": "a constant",
     "_TSEP": "' : '",
-    "_SEP": "', '",
-    "_DSEP": "': '",
-    "_NL": "a newline",
-    "LPAR": "'('",
-    "RPAR": "')'",
-    "LSQB": "'['",
-    "RSQB": "']'",
-    "LBRACE": "'{'",
-    "RBRACE": "'}'",
-    "COMMA": "','",
 }
 
 
-class _Builder(ConstantCallbacks, Transformer):
+class _Builder(ConstantCallbacks):
     """Lark callbacks that build the Module while the LALR parser reduces rules, in file order."""
 
-    def __init__(self):
-        super().__init__(visit_tokens=False)
-        self.reset()
-
     def reset(self) -> None:
-        self.module: Module | None = None
-        self.graph: Graph | None = None
+        super().reset()
         self._typed: set[str] = set()  # names whose type a use has already fixed (tuple/list, weights)
 
     # -- structure -------------------------------------------------------------------------
@@ -161,14 +139,15 @@ class _Builder(ConstantCallbacks, Transformer):
 
     def _define(self, node: Node) -> None:
         prior = self.graph.value(node.name)
+        if prior is None:
+            self.graph.append(node)
+            return
         if isinstance(prior, Weight):
             raise ParseError(
                 f"'%{node.name}' is defined here but used earlier, at line {prior.loc.line}",
                 loc=node.loc,
             )
-        if prior is not None:
-            raise ParseError(f"redefinition of '%{node.name}' (first defined at line {prior.loc.line})", loc=node.loc)
-        self.graph.append(node)
+        raise ParseError(f"redefinition of '%{node.name}' (first defined at line {prior.loc.line})", loc=node.loc)
 
     # -- references ------------------------------------------------------------------------
     def ref_arg(self, c):
@@ -238,23 +217,6 @@ def _out_type_text(text: str, line: int, column: int):
             loc=Location(line, column),
         )
     return TupleType(tuple(element_from_texts(s, d) for s, d in zip(shapes, dtypes)))
-
-
-def split_top_level(text: str) -> list[str]:
-    """Split on ``", "`` outside parentheses (a dim may be ``Max(1, s0)``)."""
-    if "(" not in text:
-        return text.split(", ")
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0 and text.startswith(", ", i):
-            parts.append(text[start:i])
-            start = i + 2
-    parts.append(text[start:])
-    return parts
 
 
 def output_result(items: tuple):

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from lark import Transformer
 
 from layerc.grammar._constants import ConstantCallbacks, loc_of
-from layerc.grammar._lark import build_parser, run_parser
+from layerc.grammar._lark import COMMON_TERMINALS, build_parser, run_parser
 from layerc.ir.constants import atom_value
 from layerc.ir.diagnostics import Location, ParseError
-from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
+from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value
 from layerc.ir.targets import from_fx_target, to_fx_target
 
-DESCRIBE = {
+DESCRIBE = COMMON_TERMINALS | {
     "HEADER": "'graph():'",
     "LHS": "a node line '    %name : [num_users=N] = ...'",
     "PLACEHOLDER": "'placeholder[target=...]'",
@@ -26,34 +25,14 @@ DESCRIBE = {
     "CALL_HEAD": "'call_function[target=...](args = '",
     "_KWARGS": "', kwargs = '",
     "RETURN": "'return ...'",
-    "REF": "a value '%name'",
     "FX_KEY": "a keyword 'name: '",
     "FX_ATOM": "a constant",
-    "ATOM": "a constant",
-    "STRING": "a quoted string",
-    "CALL_OPEN": "a constant such as 'slice(...)'",
-    "KW": "a keyword 'name='",
-    "_SEP": "', '",
-    "_DSEP": "': '",
-    "_NL": "a newline",
-    "LPAR": "'('",
-    "RPAR": "')'",
-    "LSQB": "'['",
-    "RSQB": "']'",
-    "LBRACE": "'{'",
-    "RBRACE": "'}'",
-    "COMMA": "','",
 }
 
 
-class _FxBuilder(ConstantCallbacks, Transformer):
-    def __init__(self):
-        super().__init__(visit_tokens=False)
-        self.reset()
-
+class _FxBuilder(ConstantCallbacks):
     def reset(self) -> None:
-        self.module: Module | None = None
-        self.graph: Graph | None = None
+        super().reset()
         self.declared: dict[str, tuple[int, Location]] = {}
 
     def start(self, c):

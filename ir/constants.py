@@ -15,8 +15,8 @@ from layerc.ir.types import TORCH_DTYPES
 
 
 @dataclass(frozen=True)
-class DType:
-    """``torch.bfloat16`` used as an argument (e.g. of ``aten.to.dtype``)."""
+class TorchAttr:
+    """A ``torch.<name>`` constant: memory formats, layouts (``torch.contiguous_format``)."""
 
     name: str
 
@@ -27,15 +27,8 @@ class DType:
 
 
 @dataclass(frozen=True)
-class TorchAttr:
-    """Another ``torch.<name>`` constant: memory formats, layouts (``torch.contiguous_format``)."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return f"torch.{self.name}"
-
-    __repr__ = __str__
+class DType(TorchAttr):
+    """``torch.bfloat16`` used as an argument (e.g. of ``aten.to.dtype``)."""
 
 
 @dataclass(frozen=True)

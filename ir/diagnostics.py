@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
+    """A 1-based line and column. (A NamedTuple: the parser makes one per line, cheaply.)"""
+
     line: int
     column: int = 1
 

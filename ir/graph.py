@@ -80,7 +80,12 @@ class Node(Value):
         loc: Location | None = None,
         opcode: str | None = None,
     ):
-        super().__init__(name, type, loc)
+        # Flat on purpose (no super().__init__): the parser makes one per line.
+        self.name = name
+        self.type = type
+        self.users = {}
+        self.meta = {}
+        self.loc = loc
         self.kind = kind
         self.target = target
         self.opcode = opcode

@@ -202,17 +202,29 @@ _DIM_SPLIT = re.compile(r"x(?=[\d\-a-zA-Z(])")
 
 
 def split_dims(shape: str) -> list[str]:
-    """Split ``s72xs70x1x4096`` on the ``x`` separators, never inside a symbol or call."""
+    """Split ``s72xs70x1x4096`` on the ``x`` separators, never inside a symbol or call (``Max(...)``)."""
     if "(" not in shape:
         return _DIM_SPLIT.split(shape)
-    dims, depth, start = [], 0, 0
-    for i, ch in enumerate(shape):
+    return split_top_level(shape, "x", lambda text, i: i > 0 and not text[i - 1].isalpha())
+
+
+def split_top_level(text: str, sep: str = ", ", accept=None) -> list[str]:
+    """Split on ``sep`` outside parentheses (a dim may be ``Max(1, s0)``); ``accept(text, i)``
+    may veto a separator at ``i``."""
+    if "(" not in text:
+        return text.split(sep)
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
         if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif ch == "x" and depth == 0 and i > start and not shape[i - 1].isalpha():
-            dims.append(shape[start:i])
-            start = i + 1
-    dims.append(shape[start:])
-    return dims
+        elif depth == 0 and text.startswith(sep, i) and (accept is None or accept(text, i)):
+            parts.append(text[start:i])
+            i += len(sep)
+            start = i
+            continue
+        i += 1
+    parts.append(text[start:])
+    return parts

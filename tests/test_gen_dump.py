@@ -15,8 +15,8 @@ import pytest
 
 from layerc.backends.autodeploy import print_module
 from layerc.grammar.autodeploy import parse_autodeploy
-from layerc.ir.builder import GraphBuilder, Namespace, sanitize, target_base
-from layerc.ir.graph import OP, PLACEHOLDER, is_structurally_equivalent
+from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, sanitize, target_base
+from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Weight, is_structurally_equivalent
 from layerc.ir.types import TensorType, TupleType
 from layerc.tools import gen_dump
 from layerc.tools.gen_dump import ARCHES, generate, truth
@@ -177,6 +177,135 @@ def test_write_and_cli(tmp_path):
     ssm_caches = [n for n in parsed.main_graph().nodes if n.kind == PLACEHOLDER and n.name.endswith("ssm_state_cache")]
     assert [layers[n.name] for n in ssm_caches] == [0, 2, 4]
     assert gen_dump.write("llama", tmp_path, layers=2) == tmp_path / "081_compile_compile_model.txt"
+
+
+# -- piecewise CUDA graph sections -------------------------------------------------------------------
+def _op_lines(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.startswith("%") and " = " in line)
+
+
+def test_piecewise_round_trip():
+    mod = generate("deepseek_v3", 4, piecewise=True)
+    mod.verify()
+    text = print_module(mod)
+    parsed = parse_autodeploy(text, gen_dump.dump_name(mod))
+    parsed.verify()
+    assert print_module(parsed) == text
+    assert parsed.main_graph().name == "monolithic.model"
+    names = [g.name for g in parsed.graphs]
+    # named_modules order; the graph opens with a dynamic op (prepare_metadata), so no submod_0:
+    # submod_1 prepares, odd pieces hold one MLA each, even pieces the static code between them.
+    assert names == ["monolithic.model", "piecewise.split_gm"] + [f"piecewise.split_gm.submod_{k}" for k in range(1, 11)]
+    assert text.startswith(f"# Transform: compile_model\n# Stage: compile\n# GraphModules found: {len(names)}\n")
+    assert "\n%submod_3 = submod_3(%getitem : ? : unknown, %getitem_1 : ? : unknown, " in text
+    main, split, *subs = parsed.graphs
+    assert Counter(n.target for g in subs for n in g.ops) == Counter(n.target for n in main.ops)
+    assert {n.target for n in split.ops} == {g.name.rsplit(".", 1)[1] for g in subs} | {GETITEM}
+
+
+@pytest.mark.parametrize("arch, layers", [("deepseek_v3", 4), ("nemotron_h", 7), ("qwen3_next", 4)])
+def test_piecewise_partition(arch, layers):
+    mod = generate(arch, layers, piecewise=True)
+    main, split, *subs = mod.graphs
+    by_name = {n.name: n for n in main.nodes}
+    # every op of monolithic.model is copied into exactly one piece; split_module renames the
+    # copies (add → add_tensor), so a copy names its original in meta["source"]
+    copies = [n for g in subs for n in g.ops]
+    assert sorted(n.meta["source"] for n in copies) == sorted(n.name for n in main.ops)
+    for n in copies:
+        orig = by_name[n.meta["source"]]
+        assert (n.target, n.type, n.meta["true_layer"]) == (orig.target, orig.type, orig.meta["true_layer"])
+        assert n.name == gen_dump.fx_name(n.target) or re.fullmatch(re.escape(gen_dump.fx_name(n.target)) + r"_\d+", n.name)
+    for g in subs:
+        dynamic = [n for n in g.ops if gen_dump.is_dynamic(n.target)]
+        assert len(g.ops) == 1 if dynamic else not dynamic  # a dynamic op is a piece of its own
+        for ph in g.placeholders:  # inputs are named after the value they receive
+            src = by_name.get(ph.name) or main.weights[ph.name]
+            assert ph.type == src.type and "true_layer" in ph.meta
+    n_dynamic = sum(1 for n in main.ops if gen_dump.is_dynamic(n.target))
+    assert sum(1 for g in subs if len(g.ops) == 1 and gen_dump.is_dynamic(g.ops[0].target)) == n_dynamic
+    # the split graph: the model's inputs, a call per piece, getitems of multi-value pieces, output
+    assert [n.name for n in split.placeholders] == [n.name for n in main.placeholders]
+    calls = [n for n in split.ops if n.target != GETITEM]
+    assert [n.target for n in calls] == [n.name for n in calls] == [g.name.rsplit(".", 1)[1] for g in subs]
+    for g, call in zip(subs, calls):
+        outs = g.output.args[0]
+        getitems = [u for u in call.users if u.target == GETITEM]
+        assert len(getitems) == (len(outs) if isinstance(outs, tuple) else 0)
+        assert len(call.inputs) == len(g.placeholders) > 0
+    assert split.nodes[-1].kind == OUTPUT and split.nodes[-1].args[0] is calls[-1]
+
+
+def _fx_mirror(graph, torch):
+    """``graph`` as a torch.fx GraphModule: real aten overloads, stand-ins with the same ``__name__``
+    for the other ops, a buffer per weight; arguments reduced to the values read."""
+    import operator
+
+    root, g, env, fns = torch.nn.Module(), torch.fx.Graph(), {}, {}
+
+    def target(t):
+        if t == GETITEM:
+            return operator.getitem
+        ns, _, rest = t.partition(".")
+        if ns == "aten":
+            op, _, overload = rest.partition(".")
+            return getattr(getattr(torch.ops.aten, op), overload) if overload else getattr(torch.ops.aten, op)
+        if t not in fns:
+            fns[t] = fn = lambda *a: None  # noqa: E731
+            fn.__name__ = fn.__qualname__ = t.split()[1] if t.startswith("<") else rest
+        return fns[t]
+
+    for n in graph.nodes:
+        for v in n.inputs:
+            if isinstance(v, Weight) and v not in env:
+                root.register_buffer(v.name, torch.empty(0))
+                env[v] = g.get_attr(v.name)
+        if n.kind == PLACEHOLDER:
+            env[n] = g.placeholder(n.name)
+        elif n.kind == OP:
+            args = (env[n.args[0]], n.args[1]) if n.target == GETITEM else tuple(env[v] for v in n.inputs)
+            env[n] = g.create_node("call_function", target(n.target), args, name=n.name)
+        else:
+            g.output(env[n.args[0]])
+    return torch.fx.GraphModule(root, g)
+
+
+@pytest.mark.parametrize("arch, layers, shuffle", [("deepseek_v3", 3, False), ("nemotron_h", 7, True),
+                                                   ("qwen3_next", 4, False)])
+def test_piecewise_matches_torch_split_module(arch, layers, shuffle):
+    """Our split gives the names, inputs and outputs torch's own split_module gives, called as
+    AutoDeploy calls it, on the same partition."""
+    torch = pytest.importorskip("torch")
+    split_module = pytest.importorskip("torch.fx.passes.split_module").split_module
+    mod = generate(arch, layers, symbolic=shuffle, seed=3 if shuffle else None, shuffle=shuffle, piecewise=True)
+    main = mod.main_graph()
+    pid = {n.name: k for n, k in gen_dump.partition_ids(main).items()}
+    gm = _fx_mirror(main, torch)
+    split = split_module(gm, gm, lambda n: pid[n.name], keep_original_order=True)
+    theirs = [("piecewise.split_gm", split)] + [(f"piecewise.split_gm.{k}", m) for k, m in split.named_children()]
+    kinds = {PLACEHOLDER: "placeholder", OUTPUT: "output", OP: "call"}
+    for (name, m), g in zip(theirs, mod.graphs[1:], strict=True):
+        assert name == g.name
+        fx_nodes = [(n.op.split("_")[0], n.name, [a.name for a in n.all_input_nodes]) for n in m.graph.nodes
+                    if n.op != "get_attr"]
+        assert fx_nodes == [(kinds[n.kind], n.name, [v.name for v in n.inputs]) for n in g.nodes], name
+
+
+def test_piecewise_full_size_and_cli(tmp_path):
+    mod = generate("deepseek_v3", piecewise=True)
+    text = print_module(mod)
+    assert _op_lines(text) > 5500
+    assert len(mod.graphs) == 2 + 1 + 61 + 62  # prepare, 61 MLAs, 62 static pieces around them
+    assert print_module(parse_autodeploy(text, "085_compile_compile_model.txt")) == text
+    parser = __import__("argparse").ArgumentParser()
+    gen_dump.configure_parser(parser)
+    assert gen_dump.run(parser.parse_args(["llama", str(tmp_path), "--layers", "2", "--piecewise"])) == 0
+    dump = (tmp_path / "081_compile_compile_model.txt").read_text()
+    assert "# GraphModules found: 8\n" in dump and "\n# GraphModule: piecewise.split_gm.submod_5\n" in dump
+    layers = json.loads((tmp_path / "081_compile_compile_model_truth.json").read_text())
+    assert list(layers) == [n.name for n in generate("llama", 2).main_graph().nodes]
+    with pytest.raises(ValueError):
+        generate("deepseek_v3_prefusion", 2, piecewise=True)
 
 
 def test_unknown_arch():

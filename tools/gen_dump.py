@@ -10,7 +10,7 @@ Every node carries ``meta["true_layer"]`` (None for embeddings, shared metadata,
 norm and the LM head); ``write`` stores it beside the dump as ``<stem>_truth.json``.
 
 Usage (wired as ``layerc gen-dump``): ``gen_dump ARCH OUTDIR [--layers N] [--tokens T]
-[--symbolic] [--seed S] [--shuffle]``.
+[--symbolic] [--seed S] [--shuffle] [--piecewise]``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Iterable
 
 from layerc.backends.autodeploy import print_module
-from layerc.ir.builder import GETITEM, GraphBuilder, module, target_base
+from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize, target_base
 from layerc.ir.constants import DType
-from layerc.ir.graph import OP, Graph, Module, Node, Weight, map_values
-from layerc.ir.types import OpaqueType, SymDim, TensorType, TupleType
+from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight, map_values
+from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
 
 BF16, F32, I32, I64, BOOL = "torch.bfloat16", "torch.float32", "torch.int32", "torch.int64", "torch.bool"
 
@@ -403,24 +403,29 @@ def _add_norm(g: _Gen, residual: Node, x: Node | None, fqn: str, size: int, eps:
     return g.rms(residual, fqn, size, eps), residual
 
 
-def _llama(g: _Gen, layers: int) -> None:
-    c = LLAMA
+def _gqa_stack(g: _Gen, layers: int, c: dict, paged: str, qk_norm: bool, fused_norm: str | None, mlp) -> None:
+    """A Llama-style decoder stack: norm, GQA attention, norm, ``mlp(i, h)`` per layer."""
     H = c["hidden"]
     g.at(None)
     ids, pos = g.batch_inputs()
     g.metadata()
     caches = [_kv_cache(g, i, c["kv_heads"], c["head_dim"]) for i in range(layers)]
-    _prepare(g, "flashinfer", pos)
+    _prepare(g, paged, pos)
     residual, y = g.embed(ids, c["vocab"], H), None
     for i in range(layers):
         g.at(i)
         p = f"model.layers.{i}"
-        h, residual = _add_norm(g, residual, y, f"{p}.input_layernorm.weight", H, c["eps"], None)
+        h, residual = _add_norm(g, residual, y, f"{p}.input_layernorm.weight", H, c["eps"], fused_norm)
         g.layer_sizes(h)
-        o = _gqa_attention(g, i, h, pos, caches[i], c, qk_norm=False, paged="flashinfer")
-        h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, c["eps"], None)
-        y = g.fused_swiglu(h, f"{p}.mlp", c["inter"], H)
+        o = _gqa_attention(g, i, h, pos, caches[i], c, qk_norm=qk_norm, paged=paged)
+        h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, c["eps"], fused_norm)
+        y = mlp(i, h)
     g.head(g.op(ADD, (residual, y), residual.type), "model.norm.weight", H, c["vocab"], c["eps"])
+
+
+def _llama(g: _Gen, layers: int) -> None:
+    c = LLAMA
+    _gqa_stack(g, layers, c, "flashinfer", False, None, lambda i, h: g.fused_swiglu(h, f"model.layers.{i}.mlp", c["inter"], c["hidden"]))
 
 
 def _topk_softmax_moe(g: _Gen, i: int, h: Node, c: dict) -> Node:
@@ -435,23 +440,7 @@ def _topk_softmax_moe(g: _Gen, i: int, h: Node, c: dict) -> Node:
 
 def _qwen3_moe(g: _Gen, layers: int) -> None:
     c = QWEN3_MOE
-    H = c["hidden"]
-    fused_norm = _mlir("qwen3_moe:add_rmsnorm")
-    g.at(None)
-    ids, pos = g.batch_inputs()
-    g.metadata()
-    caches = [_kv_cache(g, i, c["kv_heads"], c["head_dim"]) for i in range(layers)]
-    _prepare(g, "triton", pos)
-    residual, y = g.embed(ids, c["vocab"], H), None
-    for i in range(layers):
-        g.at(i)
-        p = f"model.layers.{i}"
-        h, residual = _add_norm(g, residual, y, f"{p}.input_layernorm.weight", H, c["eps"], fused_norm)
-        g.layer_sizes(h)
-        o = _gqa_attention(g, i, h, pos, caches[i], c, qk_norm=True, paged="triton")
-        h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, c["eps"], fused_norm)
-        y = g.view(_topk_softmax_moe(g, i, h, c), H)
-    g.head(g.op(ADD, (residual, y), residual.type), "model.norm.weight", H, c["vocab"], c["eps"])
+    _gqa_stack(g, layers, c, "triton", True, _mlir("qwen3_moe:add_rmsnorm"), lambda i, h: g.view(_topk_softmax_moe(g, i, h, c), c["hidden"]))
 
 
 # =============================================================================================
@@ -629,6 +618,147 @@ def _qwen3_next(g: _Gen, layers: int) -> None:
 
 
 # =============================================================================================
+# Piecewise CUDA graph sections
+# =============================================================================================
+#: Ops that AutoDeploy's piecewise split (``compile/piecewise_utils.py``) runs eagerly, outside
+#: CUDA graphs: cached attention, SSM, causal conv and delta-rule ops, metadata preparation and
+#: the logits gather. Matched on the op name between namespace and overload.
+DYNAMIC_OPS = frozenset(
+    """flashinfer_attention_mha_with_cache triton_attention_flattened_mha_with_cache triton_paged_mha_with_cache
+    torch_cached_attention_with_cache trtllm_attention_mha_with_cache flashinfer_mla_with_cache
+    flashinfer_trtllm_mla_with_cache torch_cached_mla_with_cache trtllm_mla_with_cache trtllm_mla_fused_rope_with_cache
+    triton_cached_ssm torch_cached_ssm flashinfer_cached_ssm triton_cached_causal_conv1d cuda_cached_causal_conv1d
+    fla_cached_delta_rule fla_cached_gated_delta_rule flashinfer_attention_prepare_metadata
+    flashinfer_mla_prepare_metadata triton_paged_prepare_metadata trtllm_mla_prepare_metadata
+    mamba_ssm_prepare_metadata trtllm_attention_prepare_metadata gather_tokens""".split()
+)
+SPLIT_GM = "piecewise.split_gm"
+
+
+def is_dynamic(target: str) -> bool:
+    ns, _, rest = target.partition(".")
+    return ns == "auto_deploy" and rest.split(".", 1)[0] in DYNAMIC_OPS
+
+
+def fx_name(target: str) -> str:
+    """The name fx gives a node created without one, as ``split_module`` creates its copies.
+
+    ``Graph._target_to_str`` snake-cases the target's ``__name__``, which keeps the overload of
+    an OpOverload (``aten.add.Tensor`` → ``add_tensor``, ``auto_deploy.torch_linear_simple.default``
+    → ``torch_linear_simple_default``); a packet is its op (``auto_deploy.trtllm_moe_fused`` →
+    ``trtllm_moe_fused``, ``aten.to`` → ``to``); functions use their name.
+    """
+    if target.startswith("<") or "." not in target:
+        return target_base(target)
+    return sanitize(target.split(".", 1)[1])
+
+
+def partition_ids(graph: Graph) -> dict[Node, int]:
+    """AutoDeploy's piece of every op, in graph order: each dynamic op gets a partition of its own
+    and the static ops between two dynamic ops share one. Ids count up by one at each boundary,
+    so an empty static run leaves a gap (no ``submod_0`` when the graph starts with a dynamic op)."""
+    pid: dict[Node, int] = {}
+    k = 0
+    for node in graph.ops:
+        if is_dynamic(node.target):
+            pid[node] = k = k + 1
+            k += 1
+        else:
+            pid[node] = k
+    return pid
+
+
+class _Piece:
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.inputs: dict[Value, Node] = {}  # value read from outside → its first reader here
+        self.outputs: dict[Node, None] = {}  # values read outside, in the order of first such use
+
+
+def split_sections(graph: Graph) -> list[Graph]:
+    """``piecewise.split_gm`` and its ``submod_N`` children, as ``torch.fx.passes.split_module``
+    (``keep_original_order=True``, AutoDeploy's call) builds them from ``graph``.
+
+    As split_module does: a piece's inputs are the values it reads from elsewhere, in order of
+    first use, each a placeholder named after the value, weights included (a parameter is passed
+    in, not fetched with ``get_attr``); its op nodes are copies *renamed* in the piece's own fx
+    namespace (``add_tensor``, ``getitem_1``: split_module does not keep node names); it returns
+    the values that later pieces or the output read, a tuple when several. The split graph holds
+    the original placeholders, one ``call_module`` per piece, a ``getitem`` per returned value of
+    a multi-value piece, and the output; those nodes carry no metadata, so they print ``? : N/A``.
+
+    Copies keep the original's meta (``true_layer``) plus ``meta["source"]``, the name of the node
+    in ``graph`` they copy. A weight placeholder takes the layer of its first reader in the piece;
+    a ``call_module`` takes its piece's layer when all its ops share one, else None.
+    """
+    pid = partition_ids(graph)
+    pieces: dict[int, _Piece] = {}
+    for node in graph.ops:
+        pieces.setdefault(pid[node], _Piece()).nodes.append(node)
+
+    def cross(value: Value, user: Node | None) -> None:
+        defined, used = pid.get(value), None if user is None else pid[user]
+        if defined != used:
+            if defined is not None:
+                pieces[defined].outputs.setdefault(value)
+            if used is not None:
+                pieces[used].inputs.setdefault(value, user)
+
+    for node in graph.nodes:
+        if node.kind != PLACEHOLDER:
+            for v in node.inputs:
+                cross(v, node if node.kind == OP else None)
+
+    subs = [_piece_graph(f"{SPLIT_GM}.submod_{k}", piece) for k, piece in pieces.items()]
+
+    base, names = Graph(SPLIT_GM), Namespace()
+    env: dict[Value, Value] = {}
+    for ph in graph.placeholders:
+        env[ph] = _copy(base, names, ph, ph.name, ())
+    for k, piece in pieces.items():
+        for v in piece.inputs:
+            if isinstance(v, Weight) and v not in env:
+                names.create_name(v.name)  # the get_attr node: no line, but it takes the name
+                env[v] = base.weight(v.name, v.type)
+        name = names.create_name(f"submod_{k}")
+        call = base.append(Node(OP, name, name, tuple(env[v] for v in piece.inputs)))
+        layers = {n.meta.get("true_layer") for n in piece.nodes}
+        call.meta["true_layer"] = layers.pop() if len(layers) == 1 else None
+        if len(piece.outputs) == 1:
+            env[next(iter(piece.outputs))] = call
+        elif piece.outputs:
+            for i, v in enumerate(piece.outputs):
+                env[v] = _copy(base, names, v, "getitem", (call, i), GETITEM, UNKNOWN)
+    out = graph.output
+    base.append(Node(OUTPUT, names.create_name("output"), args=map_values(out.args, env.__getitem__)))
+    return [base, *subs]
+
+
+def _piece_graph(name: str, piece: _Piece) -> Graph:
+    sub, names = Graph(name), Namespace()
+    env: dict[Value, Value] = {}
+    for v, reader in piece.inputs.items():
+        env[v] = ph = _copy(sub, names, v, v.name, ())
+        if isinstance(v, Weight):
+            ph.meta["true_layer"] = reader.meta.get("true_layer")
+    for node in piece.nodes:
+        env[node] = _copy(sub, names, node, fx_name(node.target), map_values(node.args, env.__getitem__), node.target)
+    outs = tuple(env[v] for v in piece.outputs)
+    sub.append(Node(OUTPUT, names.create_name("output"), args=(outs[0] if len(outs) == 1 else outs,)))
+    return sub
+
+
+def _copy(graph: Graph, names: Namespace, src: Value, name: str, args: tuple, target: str | None = None,
+          type=None) -> Node:
+    """A placeholder (no target) or op standing for ``src``, named in ``names`` from ``name``."""
+    node = Node(PLACEHOLDER if target is None else OP, names.create_name(name), target, args,
+                type=src.type if type is None else type)
+    node.meta.update(src.meta)
+    node.meta["source"] = src.name
+    return graph.append(node)
+
+
+# =============================================================================================
 # Driver
 # =============================================================================================
 #: arch → (builder, transform, stage, file counter, section name)
@@ -644,12 +774,14 @@ _ARCH = {
 
 
 def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bool = False, seed: int | None = None,
-             shuffle: bool = False) -> Module:
+             shuffle: bool = False, piecewise: bool = False) -> Module:
     """Build the dump of ``arch`` as a Module; nodes carry ``meta["true_layer"]``.
 
     ``seed`` permutes the name suffixes of generic ops (``view_3`` ↔ ``view_17``) so that no
     consumer can lean on them; ``shuffle`` also reorders independent nodes inside each layer
-    (a different valid topological order).
+    (a different valid topological order). ``piecewise`` adds the sections of a compile with
+    piecewise CUDA graphs: ``piecewise.split_gm`` and its ``submod_N`` pieces, split from
+    ``monolithic.model`` at the dynamic ops (``split_sections``).
     """
     if arch not in _ARCH:
         raise ValueError(f"unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
@@ -657,12 +789,14 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
     layers = DEFAULT_LAYERS[arch] if layers is None else layers
     if layers < 1 or tokens < 1:
         raise ValueError("layers and tokens must be positive")
+    if piecewise and section != "monolithic.model":
+        raise ValueError(f"'{arch}' is a {stage}-stage dump: piecewise sections exist only after compile_model")
     g = _Gen(section, tokens, symbolic)
     build(g, layers)
     graph = g.b.graph
     if seed is not None or shuffle:
         graph = _randomize(graph, random.Random(0 if seed is None else seed), shuffle)
-    return module(transform, stage, [graph], counter)
+    return module(transform, stage, [graph, *(split_sections(graph) if piecewise else ())], counter)
 
 
 def truth(mod: Module) -> dict[str, int | None]:
@@ -724,9 +858,10 @@ def dump_name(mod: Module) -> str:
 
 
 def write(arch: str, outdir: str | Path, layers: int | None = None, tokens: int = 8, symbolic: bool = False,
-          seed: int | None = None, shuffle: bool = False, with_truth: bool = True) -> Path:
-    """Write ``NNN_<stage>_<transform>.txt`` (and ``..._truth.json``) into ``outdir``; returns the dump path."""
-    mod = generate(arch, layers, tokens, symbolic, seed, shuffle)
+          seed: int | None = None, shuffle: bool = False, with_truth: bool = True, piecewise: bool = False) -> Path:
+    """Write ``NNN_<stage>_<transform>.txt`` (and ``..._truth.json``, for ``monolithic.model``) into
+    ``outdir``; returns the dump path."""
+    mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise)
     outdir = Path(outdir)
     path = outdir / dump_name(mod)
     _write_atomic(path, print_module(mod))
@@ -760,10 +895,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--symbolic", action="store_true", help="print symbolic token dims (s72, s70*s72)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="permute the names of generic ops")
     p.add_argument("--shuffle", action="store_true", help="also reorder independent nodes within each layer")
+    p.add_argument("--piecewise", action="store_true",
+                   help="add the piecewise CUDA graph sections (piecewise.split_gm and its submod_N pieces)")
 
 
 def run(args: argparse.Namespace) -> int:
-    print(write(args.arch, args.outdir, args.layers, args.tokens, args.symbolic, args.seed, args.shuffle))
+    print(write(args.arch, args.outdir, args.layers, args.tokens, args.symbolic, args.seed, args.shuffle,
+                piecewise=args.piecewise))
     return 0
 
 
