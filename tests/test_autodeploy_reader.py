@@ -194,3 +194,38 @@ def test_dump_names_and_directories(tmp_path):
     with pytest.raises(LayercError, match="no dump file '7'"):
         resolve_dump(tmp_path, "7")
     assert load(tmp_path).counter == 85
+
+
+# reference/autodeploy-dumps.md §3.4, verbatim: synthesized from the writer code, for unit tests.
+REFERENCE_3_4 = """# Transform: compile_model
+# Stage: compile
+# GraphModules found: 1
+
+
+================================================================================
+# GraphModule: monolithic.model
+================================================================================
+
+%input_ids : 8x1 : torch.int32
+%position_ids : 8x1 : torch.int64
+%add_40 = aten.add.Tensor(%to_30 : 8x1x7168 : torch.bfloat16, %add_38 : 8x1x7168 : torch.bfloat16) : 8x1x7168 : torch.bfloat16
+%flashinfer_rms_norm_default_11 = auto_deploy.flashinfer_rms_norm.default(%add_40 : 8x1x7168 : torch.bfloat16, %model_layers_5_post_attention_layernorm_weight : 7168 : torch.bfloat16, 1e-06) : 8x1x7168 : torch.bfloat16
+%noaux_tc_op_default_2 = trtllm.noaux_tc_op.default(%dsv3_router_gemm_op_default_2 : 8x256 : torch.float32, %model_layers_5_mlp_gate_e_score_correction_bias : 256 : torch.float32, 8, 4, 8, 2.5) : (8x8, 8x8) : (torch.float32, torch.int32)
+%getitem_10 = <built-in function getitem>(%noaux_tc_op_default_2 : ? : tuple, 0) : 8x8 : torch.float32
+%view_61 = aten.view.default(%flashinfer_rms_norm_default_11 : 8x1x7168 : torch.bfloat16, [-1, 7168]) : 8x7168 : torch.bfloat16
+%trtllm_moe_fused_2 = auto_deploy.trtllm_moe_fused(%to_31 : 8x7168 : torch.bfloat16, %getitem_11 : 8x8 : torch.int32, %getitem_10 : 8x8 : torch.float32, %fused_moe_w3_w1_stacked_2 : 256x4096x7168 : torch.bfloat16, %fused_moe_w2_stacked_2 : 256x7168x2048 : torch.bfloat16) : 8x7168 : torch.bfloat16
+%trtllm_dist_all_reduce_default_9 = auto_deploy.trtllm_dist_all_reduce.default(%add_41 : 8x7168 : torch.bfloat16, NCCL) : 8x7168 : torch.bfloat16
+%begin_aux_stream_passthrough_3 = <function begin_aux_stream_passthrough at 0x7f2a1c0b3d90>(%view_61 : 8x7168 : torch.bfloat16) : 8x7168 : torch.bfloat16
+output %to_99
+"""
+
+
+def test_reference_illustration():
+    m = parse_and_verify(REFERENCE_3_4, "ref.txt")
+    assert print_module(m) == REFERENCE_3_4
+    g = m.main_graph()
+    # The excerpt skips lines, so the values it reads without defining are weights here.
+    assert {"to_30", "add_38", "to_31", "getitem_11", "add_41", "to_99"} <= set(g.weights)
+    moe = g.value("trtllm_moe_fused_2")
+    assert moe.target == "auto_deploy.trtllm_moe_fused" and moe.args[2] is g.value("getitem_10")
+    assert g.value("begin_aux_stream_passthrough_3").target.startswith("<function begin_aux_stream_passthrough at 0x")
