@@ -19,6 +19,9 @@ BUILTIN_PASSES: dict[str, str] = {
     "dce": "layerc.passes.dce:DeadCodeElimination",
     "select-graph": "layerc.passes.select_graph:SelectGraph",
     "strip-unused-weights": "layerc.passes.dce:StripUnusedWeights",
+    "tag-weights": "layerc.passes.tag_weights:TagWeights",
+    "slice-layers": "layerc.passes.slicing:SliceLayers",
+    "slice-layer": "layerc.passes.slicing:SliceLayer",
 }
 
 

@@ -399,7 +399,12 @@ def _add_norm(g: _Gen, residual: Node, x: Node | None, fqn: str, size: int, eps:
     if fused:
         w = g.w(fqn, BF16, size)
         return tuple(g.gi(g.op(fused, (x, residual, w), g.tup(residual.type, residual.type))))
+    # The unfused residual add closes the layer that made x (as in HF decoder layers); only the
+    # norm after it opens the next one.
+    here = g.b.meta.get("true_layer")
+    g.at(x.meta.get("true_layer", here))
     residual = g.op(ADD, (residual, x), residual.type)
+    g.at(here)
     return g.rms(residual, fqn, size, eps), residual
 
 

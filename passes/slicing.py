@@ -1,0 +1,323 @@
+"""``slice-layers`` and ``slice-layer{layer=N}``: which decoder layer each node belongs to,
+decided by dataflow from the weights, never by node names or ids.
+
+Seeds are ops that read weights tagged with a layer (``tag-weights``). Ops that read untagged,
+non-fused weights (embedding, final norm, lm_head, rotary buffers) are model-level anchors:
+``PRE`` before the stack, ``POST`` after it. Then, for every other op,
+
+- ``A(n)``: the latest layer whose seeds reach ``n`` (max over inputs) — the forward follow;
+- ``D(n)``: the earliest layer whose seeds ``n`` reaches (min over users) — the backward follow.
+
+``A == D``: inside that layer. ``A < D``: between layers ``a`` and ``d``. Such a boundary region
+is cut where all dataflow from layer ``a`` to layer ``d`` passes through one node — the residual
+add that ends a layer in an eager graph. The cut and what precedes it belong to ``a``, what
+follows it to ``d``; with no cut (AutoDeploy fuses the residual add into the next layer's norm,
+so a residual edge bypasses every boundary node) the region belongs to ``a``: router arithmetic
+and the fused MoE stay with the router's layer. Ops fed only by placeholders (masks, positions,
+RoPE tables, batch metadata) join the one layer that reads them, or are shared. Placeholders
+are never part of a layer. Fused weights take the layer of the ops that read them.
+
+Results go to ``meta``: ``layer`` (int, or None outside every layer) and ``layer_role``
+(seed, core, boundary, outside, shared, input) on nodes; ``layer`` on weights;
+``layers`` (sorted layer numbers) on the graph.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import ClassVar
+
+from layerc.ir.diagnostics import LayercError
+from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
+from layerc.ir.targets import op_name
+from layerc.passes.base import Context, ModulePass
+from layerc.passes.tag_weights import TagWeights
+
+PRE = -1
+POST = 1 << 30
+
+
+def _seed_layer(node: Node) -> int | None:
+    """The layer the op's tagged weights give (the most common; ties to the later layer)."""
+    tags = [w.meta.get("layer") for w in node.inputs if isinstance(w, Weight)]
+    tags = [t for t in tags if t is not None]
+    if not tags:
+        return None
+    counts = Counter(tags)
+    return max(counts, key=lambda t: (counts[t], t))
+
+
+def _is_model_level(node: Node) -> bool:
+    """Reads a weight outside every layer that is not a fused (renumbered) one."""
+    return any(
+        isinstance(w, Weight) and w.meta.get("layer") is None and not w.name.startswith("fused_")
+        for w in node.inputs
+    )
+
+
+def slice_graph(graph: Graph) -> None:
+    """Assign ``meta['layer']``/``meta['layer_role']`` to every node of ``graph`` (see module doc)."""
+    nodes = graph.nodes
+    index = {n: i for i, n in enumerate(nodes)}
+    fixed: dict[Node, int] = {n: s for n in nodes if n.kind == OP and (s := _seed_layer(n)) is not None}
+    model_level = [n for n in nodes if n.kind == OP and n not in fixed and _is_model_level(n)]
+    # Model-level ops fed by no layer come before the stack. One fed by a layer is after it only
+    # if no layer's seed depends on it (a RoPE op reads an untagged cos/sin table mid-layer).
+    A = _forward(nodes, fixed)
+    for n in model_level:
+        if n not in A:
+            fixed[n] = PRE
+    A = _forward(nodes, fixed)
+    D = _backward(nodes, fixed)
+    for n in model_level:
+        if n not in fixed and n not in D:
+            fixed[n] = POST
+    A = _forward(nodes, fixed)
+    D = _backward(nodes, fixed)
+
+    layer: dict[Node, int] = {}
+    role: dict[Node, str] = {}
+    regions: dict[tuple[int, int], list[Node]] = {}
+    for n in nodes:
+        if n.kind != OP:
+            continue
+        if n in fixed:
+            layer[n], role[n] = fixed[n], "seed"
+        elif n not in A or A[n] == PRE and n in D and D[n] >= 0:
+            continue  # fed only by placeholders or model inputs: decided below
+        elif n not in D or A[n] >= D[n]:
+            layer[n], role[n] = A[n], "core"
+        else:
+            regions.setdefault((A[n], D[n]), []).append(n)
+    for (a, d), members in regions.items():
+        if a == PRE:
+            continue  # between the model's inputs and a layer: decided like placeholder-fed ops
+        after = _after_cut(members, a, d, layer, index)
+        for n in members:
+            layer[n], role[n] = (d if n in after else a), "boundary"
+
+    # Ops fed only by placeholders or model-level inputs (RoPE tables, the embedding): the
+    # single layer that reads them (the seed's backward follow), else shared.
+    # A placeholder read by several layers (positions, masks' inputs) makes what is computed from
+    # it shared; one read by a single layer (its KV cache) does not.
+    readers: dict[Node, set[int]] = {}
+    for n in reversed(nodes):
+        if n.kind not in (OP, PLACEHOLDER) or n in layer:
+            continue
+        found: set[int] = set()
+        for u in n.users:
+            if u in layer:
+                found.add(layer[u])
+            elif u in readers:
+                found |= readers[u]
+            elif u.kind == OUTPUT:
+                found.add(POST)
+        readers[n] = found
+    sources: dict[Node, set[Node]] = {}
+    for n in nodes:
+        if n.kind != OP or n in layer:
+            continue
+        srcs: set[Node] = set()
+        for v in n.inputs:
+            if isinstance(v, Node) and v.kind == PLACEHOLDER:
+                srcs.add(v)
+            elif v in sources:
+                srcs |= sources[v]
+        sources[n] = srcs
+        found = readers[n]
+        if len(found) == 1 and next(iter(found)) not in (PRE, POST) and all(readers[p] == found for p in srcs):
+            layer[n], role[n] = next(iter(found)), "core"
+    for n in nodes:
+        if n.kind == OP and n not in layer:
+            n.meta["layer"], n.meta["layer_role"] = None, "shared"
+        elif n.kind == OP:
+            value = layer[n]
+            outside = value in (PRE, POST)
+            n.meta["layer"] = None if outside else value
+            n.meta["layer_role"] = "outside" if outside else role[n]
+        else:
+            n.meta["layer"], n.meta["layer_role"] = None, "input" if n.kind == PLACEHOLDER else "output"
+    for w in graph.weights.values():
+        if w.meta.get("layer") is None:
+            seen = {u.meta.get("layer") for u in w.users}
+            w.meta["layer"] = seen.pop() if len(seen) == 1 else None
+    graph.meta["layers"] = sorted({n.meta["layer"] for n in nodes if n.meta.get("layer") is not None})
+
+
+def _is_add(node: Node) -> bool:
+    return op_name(node.target) in ("add", "add_", "iadd") if node.kind == OP else False
+
+
+def _forward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
+    """A(n): the latest layer reaching n (fixed nodes keep their own)."""
+    A: dict[Node, int] = {}
+    for n in nodes:
+        if n in fixed:
+            A[n] = fixed[n]
+        elif n.kind == OP:
+            ins = [A[v] for v in n.inputs if v in A]
+            if ins:
+                A[n] = max(ins)
+    return A
+
+
+def _backward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
+    """D(n): the earliest layer n reaches (fixed nodes keep their own)."""
+    D: dict[Node, int] = {}
+    for n in reversed(nodes):
+        if n in fixed:
+            D[n] = fixed[n]
+        elif n.kind == OP:
+            outs = [D[u] for u in n.users if u in D]
+            if outs:
+                D[n] = min(outs)
+    return D
+
+
+def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int]) -> set[Node]:
+    """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses."""
+    region = set(members)
+    # The flow graph: a virtual source feeding layer-a nodes, a virtual sink fed by layer-d nodes.
+    src, sink = object(), object()
+    preds: dict[object, list[object]] = {}
+    targets = []
+    for n in members:
+        ps = []
+        for v in n.inputs:
+            if v in region:
+                ps.append(v)
+            elif layer.get(v) == a:
+                preds.setdefault(v, [src])
+                ps.append(v)
+        preds[n] = ps or [src]
+    for n in members:
+        for u in n.users:
+            if u not in region and layer.get(u) == d:
+                targets.append(u)
+    targets = list(dict.fromkeys(targets))
+    if not targets:
+        return set()
+    for t in targets:
+        for v in t.inputs:
+            if v not in region and layer.get(v) == a:
+                preds.setdefault(v, [src])  # a direct edge from layer a to layer d bypasses the region
+    order = {src: -1}
+    for v in preds:
+        order[v] = index[v]
+    for t in targets:
+        preds[t] = [v for v in t.inputs if v in preds]
+        order[t] = index[t]
+    preds[sink] = targets
+    order[sink] = 1 << 40
+    idom = _dominators(preds, order, src)
+    # Among the nodes every path crosses, the cut is the last add: the residual add that ends
+    # layer a (after it come the next norm, or the final norm). Without one, all stays in a.
+    c = idom.get(sink)
+    while c is not None and c is not src and not ((c in region or layer.get(c) == a) and _is_add(c)):
+        c = idom.get(c)
+    if c is None or c is src:
+        return set()
+    after: set[Node] = set()
+    for n in sorted(members, key=index.__getitem__):
+        if n is not c and any(v is c or v in after for v in n.inputs):
+            after.add(n)
+    return after
+
+
+def _dominators(preds: dict, order: dict, src) -> dict:
+    """Immediate dominators in a DAG, visiting nodes in topological order (Cooper–Harvey–Kennedy)."""
+    idom = {src: None}
+    depth = {src: 0}
+    for v in sorted(preds, key=order.__getitem__):
+        if v is src:
+            continue
+        ps = [p for p in preds[v] if p in idom]
+        if not ps:
+            ps = [src]
+        cur = ps[0]
+        for p in ps[1:]:
+            cur = _lca(cur, p, idom, depth)
+        idom[v] = cur
+        depth[v] = depth[cur] + 1
+    return idom
+
+
+def _lca(x, y, idom, depth):
+    while x is not y:
+        if depth[x] >= depth[y]:
+            x = idom[x]
+        else:
+            y = idom[y]
+    return x
+
+
+def _needs_tags(module: Module) -> bool:
+    return any("layer" not in w.meta for g in module.graphs for w in g.weights.values())
+
+
+@dataclass(frozen=True)
+class SliceLayers(ModulePass):
+    """Partition every graph into decoder layers by dataflow (meta 'layer' on nodes and weights)."""
+
+    name: ClassVar[str] = "slice-layers"
+
+    def apply(self, ctx: Context, module: Module) -> None:
+        if _needs_tags(module):
+            TagWeights().apply(ctx, module)
+        for graph in module.graphs:
+            slice_graph(graph)
+
+
+@dataclass(frozen=True)
+class SliceLayer(ModulePass):
+    """Keep only decoder layer N of the main graph; what it reads from outside becomes labelled inputs."""
+
+    name: ClassVar[str] = "slice-layer"
+    layer: int = 0
+
+    def apply(self, ctx: Context, module: Module) -> None:
+        graph = module.main_graph()
+        if "layers" not in graph.meta:
+            SliceLayers().apply(ctx, module)
+        layers = graph.meta["layers"]
+        if self.layer not in layers:
+            shown = f"{layers[0]}..{layers[-1]}" if layers else "none"
+            raise LayercError(f"slice-layer: no layer {self.layer} in graph '{graph.name}' (layers: {shown})")
+        module.graphs = [extract_layer(graph, self.layer)]
+        module.declared_graph_count = None
+
+
+def extract_layer(graph: Graph, layer: int) -> Graph:
+    """A new graph with layer ``layer``'s ops; values read from outside become placeholders
+    (``meta['external']`` holds their label), values used outside are returned by the output."""
+    from layerc.passes.labels import external_label
+
+    members = [n for n in graph.nodes if n.kind == OP and n.meta.get("layer") == layer]
+    inside = set(members)
+    out = Graph(graph.name)
+    out.meta.update(layer=layer, source_graph=graph.name)
+    mapping: dict[Value, Value] = {}
+    for n in members:
+        for v in n.inputs:
+            if v in inside or v in mapping:
+                continue
+            if isinstance(v, Weight):
+                w = out.weight(v.name, v.type, v.loc)
+                w.target = v.target
+                w.meta.update(v.meta)
+                mapping[v] = w
+            else:
+                ph = Node(PLACEHOLDER, v.name, type=v.type, loc=v.loc)
+                ph.meta.update(external=external_label(v), source_layer=v.meta.get("layer"))
+                mapping[v] = out.append(ph)
+    from layerc.ir.graph import map_values
+
+    for n in members:
+        copy = Node(OP, n.name, n.target, map_values(n.args, lambda v: mapping.get(v, v)),
+                    map_values(n.kwargs, lambda v: mapping.get(v, v)), n.type, n.loc, n.opcode)
+        copy.meta.update(n.meta)
+        mapping[n] = out.append(copy)
+    escaping = [mapping[n] for n in members if any(u not in inside for u in n.users)]
+    out.append(Node(OUTPUT, "output" if "output" not in out else "output_1", args=(tuple(escaping) if len(escaping) != 1 else escaping[0],)))
+    return out
