@@ -22,6 +22,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "tag-weights": "layerc.passes.tag_weights:TagWeights",
     "slice-layers": "layerc.passes.slicing:SliceLayers",
     "slice-layer": "layerc.passes.slicing:SliceLayer",
+    "infer-groups": "layerc.passes.groups:InferGroups",
 }
 
 

@@ -40,8 +40,7 @@ POST = 1 << 30
 
 def _seed_layer(node: Node) -> int | None:
     """The layer the op's tagged weights give (the most common; ties to the later layer)."""
-    tags = [w.meta.get("layer") for w in node.inputs if isinstance(w, Weight)]
-    tags = [t for t in tags if t is not None]
+    tags = [w.meta["layer"] for w in node.inputs if isinstance(w, Weight) and w.meta.get("layer_source") == "name"]
     if not tags:
         return None
     counts = Counter(tags)
@@ -51,7 +50,7 @@ def _seed_layer(node: Node) -> int | None:
 def _is_model_level(node: Node) -> bool:
     """Reads a weight outside every layer that is not a fused (renumbered) one."""
     return any(
-        isinstance(w, Weight) and w.meta.get("layer") is None and not w.name.startswith("fused_")
+        isinstance(w, Weight) and w.meta.get("layer_source") != "name" and not w.name.startswith("fused_")
         for w in node.inputs
     )
 
@@ -126,8 +125,15 @@ def slice_graph(graph: Graph) -> None:
                 srcs |= sources[v]
         sources[n] = srcs
         found = readers[n]
-        if len(found) == 1 and next(iter(found)) not in (PRE, POST) and all(readers[p] == found for p in srcs):
+        if _is_batch_level(n) or len(found) != 1 or next(iter(found)) in (PRE, POST):
+            continue
+        if all(readers[p] == found for p in srcs):
             layer[n], role[n] = next(iter(found)), "core"
+    for n in nodes:  # a getitem goes with the tuple it reads
+        if n in layer and role.get(n) == "core" and op_name(n.target) == "getitem":
+            src = n.args[0] if n.args else None
+            if isinstance(src, Node) and src.kind == OP and src not in layer:
+                del layer[n]
     for n in nodes:
         if n.kind == OP and n not in layer:
             n.meta["layer"], n.meta["layer_role"] = None, "shared"
@@ -138,11 +144,17 @@ def slice_graph(graph: Graph) -> None:
             n.meta["layer_role"] = "outside" if outside else role[n]
         else:
             n.meta["layer"], n.meta["layer_role"] = None, "input" if n.kind == PLACEHOLDER else "output"
-    for w in graph.weights.values():
-        if w.meta.get("layer") is None:
+    for w in graph.weights.values():  # fused weights: the layer of the ops that read them
+        if w.meta.get("layer_source") != "name":
             seen = {u.meta.get("layer") for u in w.users}
             w.meta["layer"] = seen.pop() if len(seen) == 1 else None
+            w.meta["layer_source"] = "dataflow" if w.meta["layer"] is not None else None
     graph.meta["layers"] = sorted({n.meta["layer"] for n in nodes if n.meta.get("layer") is not None})
+
+
+def _is_batch_level(node: Node) -> bool:
+    """Metadata preparation runs once per forward pass for every layer, however many use it."""
+    return "prepare_metadata" in op_name(node.target)
 
 
 def _is_add(node: Node) -> bool:

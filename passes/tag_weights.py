@@ -46,4 +46,6 @@ class TagWeights(ModulePass):
         dotted = None if self.pattern else re.compile(DOTTED_PATTERN)
         for graph in module.graphs:
             for w in graph.weights.values():
-                w.meta["layer"] = weight_layer(w, pattern, dotted)
+                layer = weight_layer(w, pattern, dotted)
+                w.meta["layer"] = layer
+                w.meta["layer_source"] = "name" if layer is not None else None

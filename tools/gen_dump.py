@@ -75,6 +75,7 @@ class _Gen:
     """Shared shapes, counters and helpers for one generated graph."""
 
     def __init__(self, graph_name: str | None, tokens: int, symbolic: bool):
+        self.pattern: str | None = None  # Nemotron-H block pattern
         self.b = GraphBuilder(graph_name)
         self.symbolic = symbolic
         if symbolic:
@@ -196,9 +197,14 @@ class _Gen:
         return self.op(MOE_FUSED, (x, idx, wts, up, down), x.type)
 
     def head(self, x: Node, norm_fqn: str, hidden: int, vocab: int, eps: float, lm_fqn: str = "lm_head.weight",
-             target: str = RMS) -> None:
+             target: str = RMS, residual: Node | None = None, fused: str | None = None) -> None:
+        """Final norm and lm_head. With ``residual`` and ``fused``, the last residual add is fused
+        into the final norm, as AutoDeploy's add+RMSNorm fusion does for every such pair."""
         self.at(None)
-        normed = self.rms(x, norm_fqn, hidden, eps, target)
+        if residual is not None:
+            normed = _add_norm(self, residual, x, norm_fqn, hidden, eps, fused)[0]
+        else:
+            normed = self.rms(x, norm_fqn, hidden, eps, target)
         logits = self.linear(normed, lm_fqn, vocab, hidden)
         self.b.output(self.op(TO, (logits, DType("float32")), TensorType(logits.type.shape, F32)))
 
@@ -425,7 +431,7 @@ def _gqa_stack(g: _Gen, layers: int, c: dict, paged: str, qk_norm: bool, fused_n
         o = _gqa_attention(g, i, h, pos, caches[i], c, qk_norm=qk_norm, paged=paged)
         h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, c["eps"], fused_norm)
         y = mlp(i, h)
-    g.head(g.op(ADD, (residual, y), residual.type), "model.norm.weight", H, c["vocab"], c["eps"])
+    g.head(y, "model.norm.weight", H, c["vocab"], c["eps"], residual=residual, fused=fused_norm)
 
 
 def _llama(g: _Gen, layers: int) -> None:
@@ -499,7 +505,8 @@ def _nemotron_moe(g: _Gen, i: int, h: Node, c: dict, p: str) -> Node:
 def _nemotron_h(g: _Gen, layers: int) -> None:
     c = NEMOTRON
     H, eps = c["hidden"], c["eps"]
-    kinds = (NEMOTRON_PATTERN * (layers // len(NEMOTRON_PATTERN) + 1))[:layers]
+    pattern = g.pattern or NEMOTRON_PATTERN
+    kinds = (pattern * (layers // len(pattern) + 1))[:layers]
     g.at(None)
     ids, pos = g.batch_inputs()
     g.metadata("slot_idx", "use_initial_states")
@@ -619,7 +626,7 @@ def _qwen3_next(g: _Gen, layers: int) -> None:
         sgate = g.op(SIGMOID, (g.linear(x, f"{p}.mlp.shared_expert_gate.weight", 1, H),), g.flat(1))
         shared = g.op(MUL, (sgate, shared), shared.type)
         y = g.view(g.op(ADD, (routed, shared), routed.type), H)
-    g.head(g.op(ADD, (residual, y), residual.type), "model.norm.weight", H, c["vocab"], eps)
+    g.head(y, "model.norm.weight", H, c["vocab"], eps, residual=residual, fused=fused_norm)
 
 
 # =============================================================================================
@@ -779,14 +786,15 @@ _ARCH = {
 
 
 def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bool = False, seed: int | None = None,
-             shuffle: bool = False, piecewise: bool = False) -> Module:
+             shuffle: bool = False, piecewise: bool = False, pattern: str | None = None) -> Module:
     """Build the dump of ``arch`` as a Module; nodes carry ``meta["true_layer"]``.
 
     ``seed`` permutes the name suffixes of generic ops (``view_3`` ↔ ``view_17``) so that no
     consumer can lean on them; ``shuffle`` also reorders independent nodes inside each layer
     (a different valid topological order). ``piecewise`` adds the sections of a compile with
     piecewise CUDA graphs: ``piecewise.split_gm`` and its ``submod_N`` pieces, split from
-    ``monolithic.model`` at the dynamic ops (``split_sections``).
+    ``monolithic.model`` at the dynamic ops (``split_sections``). ``pattern`` sets the block of
+    each Nemotron-H layer (M Mamba2, E MoE, * attention), repeated to ``layers``.
     """
     if arch not in _ARCH:
         raise ValueError(f"unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
@@ -796,7 +804,10 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
         raise ValueError("layers and tokens must be positive")
     if piecewise and section != "monolithic.model":
         raise ValueError(f"'{arch}' is a {stage}-stage dump: piecewise sections exist only after compile_model")
+    if pattern is not None and (arch != "nemotron_h" or not pattern or set(pattern) - set("ME*")):
+        raise ValueError("pattern applies to nemotron_h: a string of M (Mamba2), E (MoE) and * (attention)")
     g = _Gen(section, tokens, symbolic)
+    g.pattern = pattern
     build(g, layers)
     graph = g.b.graph
     if seed is not None or shuffle:

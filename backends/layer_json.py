@@ -1,0 +1,75 @@
+"""The layer document of seed 000 (``<dump_stem>_layer<N>.json``), from a sliced layer graph.
+
+``nodes[id, op, shape, dtype, group, sub_group, inputs, weight_inputs[name, shape, dtype]]``,
+``edges[from, to]``, ``external_inputs[id, label, shape]``; ``trace_kernels`` on nodes and
+``trace_summary`` when kernels are bound. ``layer.schema.json`` beside this file is the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from layerc.ir.graph import OP, PLACEHOLDER, Graph, Node, Weight
+from layerc.ir.types import TupleType, Type
+
+
+def shape_dtype(t: Type) -> tuple[str, str]:
+    """As the writer shows an op's own result: ``(8x8, 8x8)`` / ``(torch.float32, torch.int32)``."""
+    if isinstance(t, TupleType):
+        return (
+            "(" + ", ".join(e.shape_text() for e in t.elements) + ")",
+            "(" + ", ".join(e.dtype_text() for e in t.elements) + ")",
+        )
+    return t.shape_text(), t.dtype_text()
+
+
+def layer_document(graph: Graph, source_file: str | None) -> dict:
+    """The JSON document of one sliced layer (the graph ``slice-layer`` and ``infer-groups`` made)."""
+    nodes, edges, external = [], [], []
+    for n in graph.nodes:
+        if n.kind == PLACEHOLDER and "external" in n.meta:
+            external.append({"id": n.name, "label": n.meta["external"], "shape": shape_dtype(n.type)[0]})
+        elif n.kind == OP:
+            nodes.append(_node(n))
+    seen = set()
+    for n in nodes:
+        for src in n["inputs"]:
+            if (src, n["id"]) not in seen:
+                seen.add((src, n["id"]))
+                edges.append({"from": src, "to": n["id"]})
+    doc = {"layer": graph.meta["layer"], "source_file": source_file, "nodes": nodes, "edges": edges, "external_inputs": external}
+    summary = graph.meta.get("trace_summary")
+    if summary:
+        doc["trace_summary"] = summary
+    return doc
+
+
+def _node(n: Node) -> dict:
+    shape, dtype = shape_dtype(n.type)
+    d = {
+        "id": n.name,
+        "op": n.target,
+        "shape": shape,
+        "dtype": dtype,
+        "group": n.meta.get("group", "other"),
+    }
+    if n.meta.get("sub_group"):
+        d["sub_group"] = n.meta["sub_group"]
+    d["inputs"] = [v.name for v in n.inputs if not isinstance(v, Weight)]
+    d["weight_inputs"] = [{"name": w.name, "shape": w.type.shape_text(), "dtype": w.type.dtype_text()} for w in n.inputs if isinstance(w, Weight)]
+    if n.meta.get("aux_stream"):
+        d["aux_stream"] = n.meta["aux_stream"]
+    if n.meta.get("trace_kernels"):
+        d["trace_kernels"] = n.meta["trace_kernels"]
+    return d
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    return json.loads(resources.files("layerc.backends").joinpath("layer.schema.json").read_text(encoding="utf-8"))
+
+
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
