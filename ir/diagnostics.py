@@ -43,7 +43,7 @@ class LayercError(Exception):
         return self
 
     def format(self) -> str:
-        where = self.path or "<input>"
+        where = self.path or "layerc"
         if self.loc is not None:
             where = f"{where}:{self.loc.line}:{self.loc.column}"
         out = f"{where}: {self.severity}: {self.message}"

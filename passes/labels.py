@@ -26,12 +26,10 @@ def external_label(value: Value) -> str:
         return f"Layer {layer} residual output"
     name = value.name
     if value.kind == PLACEHOLDER:
+        if _METADATA.search(name):  # first: cache_loc, seq_len_with_cache are page bookkeeping
+            return "batch metadata"
         if _CACHE.search(name):
             return "KV cache" if "conv" not in name and "ssm" not in name else "state cache"
-        if _METADATA.search(name):
-            return "batch metadata"
-        if _INPUT.match(name):
-            return "model input"
         return "model input"
     origins = _origins(value)
     if any(_ROPE.search(o) for o in origins):

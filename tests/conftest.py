@@ -20,3 +20,15 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"../shared is missing beside the checkout ({SHARED}); CI provides it")
     return SHARED
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the figures tests record with ``record_property`` (they come back from xdist workers too)."""
+    lines = []
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        if report.when == "call":
+            lines += [f"{key}: {value}" for key, value in report.user_properties]
+    if lines:
+        terminalreporter.section("figures")
+        for line in sorted(lines):
+            terminalreporter.write_line(line)

@@ -17,6 +17,7 @@ from layerc.ir.diagnostics import LayercError
 #: subcommand → (module with configure_parser/run, help line); modules load only when used.
 COMMANDS: dict[str, tuple[str, str]] = {
     "opt": ("layerc.tools.opt", "parse a dump, run a pass pipeline, print the IR"),
+    "layer": ("layerc.tools.layer", "one decoder layer of a dump as JSON, DOT, PNG and SVG"),
     "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
     "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
 }
