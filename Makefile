@@ -33,8 +33,8 @@ graphviz:
 demo: install
 	@mkdir -p $(DEMO)
 	$(VENV)/bin/layerc gen-dump deepseek_v3 $(DEMO)
-	$(VENV)/bin/layerc opt $(DEMO) -p 'select-graph,dce' --timing -o $(DEMO)/roundtrip.txt
-	@echo "demo: wrote $(DEMO)/roundtrip.txt"
+	$(VENV)/bin/layerc layer $(DEMO) 5 --timing
+	@echo "demo: layer 5 of a 61-layer DeepSeek-V3 dump, as JSON, DOT, PNG and SVG, in $(DEMO)/"
 
 test: install
 	$(PY) -m pytest -q -n 2 --durations=10

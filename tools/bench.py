@@ -106,10 +106,29 @@ def bench_files(quick: bool) -> list[dict]:
     return rows
 
 
-def bench_process(path: str) -> float:
-    """Seconds for the whole ``layerc opt FILE -o /dev/null`` process, start-up included."""
-    cmd = [sys.executable, "-m", "layerc.tools.driver", "opt", path, "-o", os.devnull]
-    return _best(lambda: subprocess.run(cmd, check=True), 3)
+def bench_process(*args: str) -> float:
+    """Seconds for a whole ``layerc`` process, start-up included."""
+    cmd = [sys.executable, "-m", "layerc.tools.driver", *args]
+    return _best(lambda: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL), 3)
+
+
+def bench_layers(path: str, repeat: int) -> dict:
+    """Slicing every layer of a parsed dump, and the whole ``layerc layer`` process."""
+    from layerc.grammar.dumps import load
+    from layerc.passes.base import Context
+    from layerc.passes.slicing import SliceLayers
+
+    modules = [load(path) for _ in range(repeat)]
+    it = iter(modules)
+    slice_all = _best(lambda: SliceLayers().apply(Context(), next(it)), repeat)
+    layers = len(modules[0].main_graph().meta["layers"])
+    out = Path(tempfile.mkdtemp(prefix="layerc-bench-layer-"))
+    return {
+        "layers": layers,
+        "slice_all_s": slice_all,
+        "layer_process_s": bench_process("layer", path, "5", "-o", str(out)),
+        "layer_process_json_s": bench_process("layer", path, "5", "-o", str(out), "--format", "json"),
+    }
 
 
 def machine() -> str:
@@ -129,7 +148,7 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, lark {lark.__version__}{accel}"
 
 
-def report(rows: list[dict], whole: float | None) -> str:
+def report(rows: list[dict], whole: float | None, layer: dict | None = None) -> str:
     out = [f"Machine: {machine()}", "", "| dump | size | op lines | layerc parse | layerc MB/s | layerc nodes/s | regex scan | layerc / regex |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
@@ -140,6 +159,12 @@ def report(rows: list[dict], whole: float | None) -> str:
                + ", ".join(f"{r['verify_s'] * 1e3:.0f} ms" for r in rows) + ".")
     if whole is not None:
         out.append(f"Whole process, `layerc opt` on the {BIG} dump (start-up, parse, verify, print): {whole:.2f} s.")
+    if layer is not None:
+        out.append(
+            f"Slicing all {layer['layers']} layers of the 61-layer dump after parsing (`slice-layers`): "
+            f"{layer['slice_all_s'] * 1e3:.0f} ms. Whole process, `layerc layer` on it for layer 5: "
+            f"{layer['layer_process_s']:.2f} s with JSON, DOT, PNG and SVG, {layer['layer_process_json_s']:.2f} s for JSON alone."
+        )
     return "\n".join(out) + "\n"
 
 
@@ -150,12 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = bench_files(args.quick)
     big = next(r for r in rows if r["file"] == BIG)
-    whole = bench_process(big["path"])
-    sys.stdout.write(report(rows, whole))
+    whole = bench_process("opt", big["path"], "-o", os.devnull)
+    _progress("timing layer slicing")
+    layer = bench_layers(next(r for r in rows if r["file"] == "DeepSeek-V3, 61 layers")["path"], 3 if args.quick else 5)
+    _progress("")
+    sys.stdout.write(report(rows, whole, layer))
     if args.json:
         from layerc.tools.outputs import write_atomic
 
-        write_atomic(args.json, json.dumps({"machine": machine(), "files": rows, "layerc_opt_process_s": whole}, indent=2))
+        write_atomic(args.json, json.dumps({"machine": machine(), "files": rows, "layerc_opt_process_s": whole, "layer": layer}, indent=2))
     return 0
 
 
