@@ -163,28 +163,24 @@ def _is_add(node: Node) -> bool:
 
 def _forward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
     """A(n): the latest layer reaching n (fixed nodes keep their own)."""
-    A: dict[Node, int] = {}
-    for n in nodes:
-        if n in fixed:
-            A[n] = fixed[n]
-        elif n.kind == OP:
-            ins = [A[v] for v in n.inputs if v in A]
-            if ins:
-                A[n] = max(ins)
-    return A
+    return _propagate(nodes, fixed, lambda n: n.inputs, max)
 
 
 def _backward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
     """D(n): the earliest layer n reaches (fixed nodes keep their own)."""
-    D: dict[Node, int] = {}
-    for n in reversed(nodes):
+    return _propagate(reversed(nodes), fixed, lambda n: n.users, min)
+
+
+def _propagate(order, fixed: dict[Node, int], neighbours, pick) -> dict[Node, int]:
+    out: dict[Node, int] = {}
+    for n in order:
         if n in fixed:
-            D[n] = fixed[n]
+            out[n] = fixed[n]
         elif n.kind == OP:
-            outs = [D[u] for u in n.users if u in D]
-            if outs:
-                D[n] = min(outs)
-    return D
+            seen = [out[v] for v in neighbours(n) if v in out]
+            if seen:
+                out[n] = pick(seen)
+    return out
 
 
 def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int]) -> set[Node]:
