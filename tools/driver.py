@@ -18,6 +18,8 @@ from layerc.ir.diagnostics import LayercError
 COMMANDS: dict[str, tuple[str, str]] = {
     "opt": ("layerc.tools.opt", "parse a dump, run a pass pipeline, print the IR"),
     "layer": ("layerc.tools.layer", "one decoder layer of a dump as JSON, DOT, PNG and SVG"),
+    "replay": ("layerc.tools.replay", "the kernels of one CUDA-graph replay, by layer and stream, as JSON"),
+    "gen-nsys": ("layerc.tools.gen_nsys", "generate a realistic Nsight Systems SQLite export of LLM inference"),
     "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
     "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
 }

@@ -1,0 +1,306 @@
+"""The trace IR: what ran, as columns.
+
+A profile has hundreds of thousands to millions of kernels, so a kernel is a row index into
+numpy columns, never an object; a selection is a boolean mask or an index array. Strings (kernel
+names, API names, op names) are interned once in ``Trace.strings``; columns hold their ids.
+
+Tables: ``kernels`` (GPU kernels), ``launches`` (host runtime/driver API calls), ``cpu_ops``
+(framework ops, with Input Dims when recorded), ``annotations`` (NVTX ranges, user annotations
+and their GPU projections), ``memops`` (memcpy/memset), ``modules`` (``nn.Module`` spans from
+``python_function`` events). Kernels link to launches by correlation id, launches to CPU ops by
+External id. Times are int64 nanoseconds; absent integers are -1.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+NONE = -1
+
+
+class Strings:
+    """Interned strings: ``ids[s]`` and ``values[i]``; id -1 means no string."""
+
+    __slots__ = ("values", "ids")
+
+    def __init__(self, values: list[str] | None = None):
+        self.values: list[str] = list(values or [])
+        self.ids: dict[str, int] = {s: i for i, s in enumerate(self.values)}
+
+    def intern(self, s: str | None) -> int:
+        if s is None:
+            return NONE
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.values)
+            self.values.append(s)
+        return i
+
+    def __getitem__(self, i: int) -> str | None:
+        return None if i < 0 else self.values[i]
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Strings for an id column (an object array; for display and small selections)."""
+        table = np.array(self.values + [None], dtype=object)
+        return table[np.where(ids < 0, len(self.values), ids)]
+
+    def matching(self, pattern: str | re.Pattern) -> np.ndarray:
+        """Sorted ids of the strings the regex matches (search); test columns with ``np.isin``."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        return np.array([i for i, s in enumerate(self.values) if rx.search(s)], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass
+class Table:
+    """Equal-length numpy columns; subclasses name them (``COLUMNS``: name → dtype)."""
+
+    COLUMNS: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self):
+        n = None
+        for f in fields(self):
+            col = getattr(self, f.name)
+            if not isinstance(col, np.ndarray):
+                col = np.asarray(col, dtype=self.COLUMNS[f.name])
+                setattr(self, f.name, col)
+            if n is None:
+                n = len(col)
+            elif len(col) != n:
+                raise ValueError(f"{type(self).__name__}.{f.name} has {len(col)} rows, not {n}")
+
+    @classmethod
+    def empty(cls):
+        return cls(**{name: np.empty(0, dtype) for name, dtype in cls.COLUMNS.items()})
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, Any]):
+        """Missing columns are filled with -1 (integers) of the right length."""
+        n = len(next(iter(columns.values()))) if columns else 0
+        out = {}
+        for name, dtype in cls.COLUMNS.items():
+            col = columns.get(name)
+            out[name] = np.full(n, NONE, dtype) if col is None else np.asarray(col, dtype=dtype)
+        return cls(**out)
+
+    def __len__(self) -> int:
+        first = fields(self)[0].name
+        return len(getattr(self, first))
+
+    def take(self, index):
+        """The rows selected by a boolean mask or an index array, as a new table."""
+        return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def concat(self, other):
+        return type(self)(**{f.name: np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)})
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start  # type: ignore[attr-defined]
+
+
+_I64, _I32 = "int64", "int32"
+
+
+@dataclass
+class Kernels(Table):
+    COLUMNS: ClassVar[dict[str, str]] = {
+        "start": _I64, "end": _I64, "device": _I32, "stream": _I64, "correlation": _I64,
+        "graph_id": _I64, "graph_node_id": _I64, "grid_x": _I32, "grid_y": _I32, "grid_z": _I32,
+        "block_x": _I32, "block_y": _I32, "block_z": _I32, "registers": _I32, "shared_static": _I32,
+        "shared_dynamic": _I32, "name": _I32, "short": _I32, "external_id": _I64, "pid": _I64, "row": _I64,
+    }
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    graph_id: np.ndarray
+    graph_node_id: np.ndarray
+    grid_x: np.ndarray
+    grid_y: np.ndarray
+    grid_z: np.ndarray
+    block_x: np.ndarray
+    block_y: np.ndarray
+    block_z: np.ndarray
+    registers: np.ndarray
+    shared_static: np.ndarray
+    shared_dynamic: np.ndarray
+    name: np.ndarray  #: the full (demangled) kernel name
+    short: np.ndarray  #: the base function name
+    external_id: np.ndarray
+    pid: np.ndarray  #: the launching process where the source says (nsys), else -1
+    row: np.ndarray  #: row or event index in the source file
+
+
+LAUNCH_RUNTIME, LAUNCH_DRIVER = 0, 1
+
+
+@dataclass
+class Launches(Table):
+    """Host API calls (CUDA/HIP runtime and driver), names without their ``_v7000`` suffixes."""
+
+    COLUMNS: ClassVar[dict[str, str]] = {
+        "start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "correlation": _I64,
+        "external_id": _I64, "name": _I32, "kind": "int8", "row": _I64,
+    }
+    start: np.ndarray
+    end: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    correlation: np.ndarray
+    external_id: np.ndarray
+    name: np.ndarray
+    kind: np.ndarray
+    row: np.ndarray
+
+
+@dataclass
+class CpuOps(Table):
+    COLUMNS: ClassVar[dict[str, str]] = {
+        "start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "name": _I32, "external_id": _I64,
+        "input_dims": _I32, "sequence": _I64, "row": _I64,
+    }
+    start: np.ndarray
+    end: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    name: np.ndarray
+    external_id: np.ndarray
+    input_dims: np.ndarray  #: the ``Input Dims`` JSON text, interned
+    sequence: np.ndarray
+    row: np.ndarray
+
+
+ANNOTATION_NVTX, ANNOTATION_USER, ANNOTATION_GPU = 0, 1, 2
+
+
+@dataclass
+class Annotations(Table):
+    """NVTX ranges, ``record_function`` ranges, and their GPU projections (``gpu_user_annotation``,
+    where ``pid``/``tid`` are the device and stream)."""
+
+    COLUMNS: ClassVar[dict[str, str]] = {
+        "start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "name": _I32, "kind": "int8", "row": _I64,
+    }
+    start: np.ndarray
+    end: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    name: np.ndarray
+    kind: np.ndarray
+    row: np.ndarray
+
+
+MEMCPY, MEMSET = 0, 1
+
+
+@dataclass
+class MemOps(Table):
+    COLUMNS: ClassVar[dict[str, str]] = {
+        "start": _I64, "end": _I64, "device": _I32, "stream": _I64, "correlation": _I64, "bytes": _I64,
+        "kind": "int8", "name": _I32, "graph_node_id": _I64, "row": _I64,
+    }
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    bytes: np.ndarray
+    kind: np.ndarray
+    name: np.ndarray  #: e.g. ``Memcpy HtoD (Pageable -> Device)``
+    graph_node_id: np.ndarray
+    row: np.ndarray
+
+
+@dataclass
+class Modules(Table):
+    """``nn.Module`` forward spans (``python_function`` events named ``nn.Module: X_N``)."""
+
+    COLUMNS: ClassVar[dict[str, str]] = {"start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "name": _I32, "row": _I64}
+    start: np.ndarray
+    end: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    name: np.ndarray
+    row: np.ndarray
+
+
+_GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch|^hipGraphLaunch")
+
+
+@dataclass
+class Trace:
+    source: str
+    format: str  #: "nsys" or "kineto"
+    strings: Strings
+    kernels: Kernels
+    launches: Launches = field(default_factory=Launches.empty)
+    cpu_ops: CpuOps = field(default_factory=CpuOps.empty)
+    annotations: Annotations = field(default_factory=Annotations.empty)
+    memops: MemOps = field(default_factory=MemOps.empty)
+    modules: Modules = field(default_factory=Modules.empty)
+    #: device id → name; capture facts (``cuda_graph_mode``, ``schema_version``...); warnings.
+    devices: dict[int, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    # -- links -----------------------------------------------------------------------------
+    def kernel_launch(self) -> np.ndarray:
+        """For every kernel, the index of the host call that launched it, or -1. Correlation ids
+        are per process: where kernels know their process, the process must match too."""
+        k, l = self.kernels, self.launches
+        if len(k) and (k.pid >= 0).all():
+            return _link(_process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation))
+        return _link(k.correlation, l.correlation)
+
+    def launch_cpu_op(self) -> np.ndarray:
+        """For every launch, the CPU op with the same External id, or -1."""
+        return _link(self.launches.external_id, self.cpu_ops.external_id)
+
+    def graph_launch_mask(self) -> np.ndarray:
+        """Launches that replay a CUDA/HIP graph."""
+        ids = self.strings.matching(_GRAPH_LAUNCH)
+        return np.isin(self.launches.name, ids)
+
+    def replays(self) -> dict[int, np.ndarray]:
+        """Graph replays: launch correlation → indices of the kernels it ran, in start order."""
+        graph = self.launches.correlation[self.graph_launch_mask()]
+        graph = graph[graph >= 0]
+        k = self.kernels
+        hit = np.isin(k.correlation, graph)
+        idx = np.nonzero(hit)[0]
+        idx = idx[np.lexsort((k.start[idx], k.correlation[idx]))]
+        corr = k.correlation[idx]
+        cuts = np.nonzero(np.diff(corr))[0] + 1
+        return {int(group_corr[0]): group for group, group_corr in zip(np.split(idx, cuts), np.split(corr, cuts))} if len(idx) else {}
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "kernels": len(self.kernels), "launches": len(self.launches), "cpu_ops": len(self.cpu_ops),
+            "annotations": len(self.annotations), "memops": len(self.memops), "modules": len(self.modules),
+        }
+
+
+def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+    return np.where(correlation >= 0, (pid << 40) | (correlation & ((1 << 40) - 1)), -1)
+
+
+def _link(keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """For each key, the index of the first target with the same value (>= 0), else -1."""
+    out = np.full(len(keys), NONE, dtype=np.int64)
+    if not len(keys) or not len(targets):
+        return out
+    order = np.argsort(targets, kind="stable")
+    sorted_t = targets[order]
+    pos = np.searchsorted(sorted_t, keys)
+    pos = np.clip(pos, 0, len(sorted_t) - 1)
+    found = (sorted_t[pos] == keys) & (keys >= 0)
+    out[found] = order[pos[found]]
+    return out
