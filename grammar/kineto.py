@@ -159,14 +159,17 @@ def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
             elif len(buf) > 64 << 20:
                 raise ParseError("no 'traceEvents' array in the first 64 MB: not a PyTorch profiler trace", str(path))
             continue
-        while len(buf) >= chunk:
-            found = _split_point(buf, chunk)
+        pos = 0
+        while len(buf) - pos >= chunk:
+            found = _split_point(buf, pos, chunk)
             if found is None:
                 break
             split, events = found
-            consumed_lines += buf.count(b"\n", 0, split)
-            buf = buf[split:].lstrip()[1:]  # drop the separating comma
+            consumed_lines += buf.count(b"\n", pos, split)
+            pos = buf.index(b",", split) + 1  # past the separating comma
             yield events
+        if pos:
+            buf = buf[pos:]
     if start is None:
         text = buf.lstrip()
         if not text:
@@ -184,13 +187,13 @@ def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
             pass  # metadata is a convenience: a broken header must not hide the events
 
 
-def _split_point(buf: bytes, chunk: int) -> tuple[int, list[_Event]] | None:
-    """Index just after an event's closing brace near ``chunk``, with the events before it
-    (decoding is how a split is known to fall between events and not inside a string)."""
-    for m in _SPLIT.finditer(buf, max(0, chunk - (1 << 20))):
+def _split_point(buf: bytes, pos: int, chunk: int) -> tuple[int, list[_Event]] | None:
+    """Index just after an event's closing brace about ``chunk`` bytes after ``pos``, with the
+    events before it (decoding is how a split is known to fall between events, not in a string)."""
+    for m in _SPLIT.finditer(buf, pos + chunk - min(chunk // 2, 1 << 20)):
         candidate = m.start() + 1
         try:
-            return candidate, _events.decode(b"[" + buf[:candidate] + b"]")
+            return candidate, _events.decode(b"[" + buf[pos:candidate] + b"]")
         except msgspec.DecodeError:
             continue
     return None

@@ -276,6 +276,9 @@ class _Reader:
                 return str(row[0]).lower()
         if (trace.kernels.graph_node_id >= 0).any():
             return "node"
+        launches = trace.launches.correlation[trace.graph_launch_mask()]
+        if len(launches) and not np.isin(launches, trace.kernels.correlation).any():
+            return "graph"  # graphs were launched, yet no kernel row belongs to a launch
         if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in self.tables and self.db.execute(
             "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
         ).fetchone()[0]:
