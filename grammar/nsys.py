@@ -144,22 +144,41 @@ class _Reader:
         if table not in self.tables:
             return Kernels.empty()
         have = self.columns(table)
-        select = []
-        for _, (col, default) in _KERNEL_COLUMNS.items():
-            select.append(f"COALESCE({col}, {default})" if col in have and default is not None else col if col in have else str(default))
-        pid = "COALESCE(globalPid, -1)" if "globalPid" in have else "-1"
-        sql = f"SELECT {', '.join(select)}, {pid}, rowid FROM {table} ORDER BY start"
-        dtype = [(name, "i8") for name in _KERNEL_COLUMNS] + [("gpid", "i8"), ("row", "i8")]
+
+        def col(name: str) -> str:  # a column, NULL and absent ones as -1
+            nsys = _KERNEL_COLUMNS.get(name, (name, -1))[0]
+            return f"COALESCE({nsys}, -1)" if nsys in have else "-1"
+
+        # SQLite makes one Python int per value: small fields travel packed in one integer
+        # (grid x,y,z in 31+16+16 bits; block x,y,z 11 bits each, registers 9, dynamic shared
+        # memory 20), and rows come unsorted (numpy sorts faster than SQLite's temp B-tree).
+        select = [
+            "start", "end", f"(({col('device')} + 1) << 48) | ({col('stream')} + 1)", col("correlation"),
+            col("graph_id"), col("graph_node_id"),
+            # (SQLite's <<, & and | share one precedence level, left to right: parenthesize.)
+            f"({col('grid_x')} & 2147483647) | (({col('grid_y')} & 65535) << 31) | (({col('grid_z')} & 65535) << 47)",
+            f"({col('block_x')} & 2047) | (({col('block_y')} & 2047) << 11) | (({col('block_z')} & 2047) << 22)"
+            f" | (({col('registers')} & 511) << 33) | (({col('shared_dynamic')} & 1048575) << 42)",
+            col("shared_static"), col("name"), col("short"), col("globalPid"), "rowid",
+        ]
+        names = ["start", "end", "devstream", "correlation", "graph_id", "graph_node_id", "grid", "block", "shared_static", "name", "short", "gpid", "row"]
         n = self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-        data = np.fromiter(self.db.execute(sql), dtype=dtype, count=n)
-        cols = {name: data[name] for name in _KERNEL_COLUMNS}
-        cols["row"] = data["row"]
-        cols["pid"] = np.where(data["gpid"] >= 0, (data["gpid"] >> 24) & 0xFFFFFF, -1)
+        data = np.fromiter(self.db.execute(f"SELECT {', '.join(select)} FROM {table}"), dtype=[(x, "i8") for x in names], count=n)
+        data = data[np.argsort(data["start"], kind="stable")]
+        ds, grid, block = data["devstream"], data["grid"], data["block"]
+        cols = {x: data[x] for x in ("start", "end", "correlation", "graph_id", "graph_node_id", "shared_static", "name", "short", "row")}
+        cols.update(
+            device=(ds >> 48) - 1, stream=(ds & ((1 << 48) - 1)) - 1,
+            grid_x=grid & 2147483647, grid_y=(grid >> 31) & 65535, grid_z=(grid >> 47) & 65535,
+            block_x=block & 2047, block_y=(block >> 11) & 2047, block_z=(block >> 22) & 2047,
+            registers=(block >> 33) & 511, shared_dynamic=(block >> 42) & 1048575,
+            pid=np.where(data["gpid"] >= 0, (data["gpid"] >> 24) & 0xFFFFFF, -1),
+        )
         k = Kernels.from_columns(cols)
         if "shortName" not in have and len(k):  # derive, once per distinct name
-            names = np.unique(k.name)
-            lut = np.full(names.max() + 1, -1, np.int32)
-            for i in names:
+            names_ = np.unique(k.name)
+            lut = np.full(names_.max() + 1, -1, np.int32)
+            for i in names_:
                 lut[i] = strings.intern(short_name(strings.values[i]))
             k.short = lut[k.name]
         return k

@@ -144,7 +144,7 @@ def full_columns(n: int, cols: dict) -> dict:
 def synthetic(n: int, devices: int = 2, streams: int = 2, per_layer: int = 10, replay_every: int = 4,
               replay_len: int = 8, cpu: bool = True) -> tuple[Trace, np.ndarray]:
     """``n`` kernels round-robin over devices × streams, 1 µs apart on each stream; runs of
-    ``replay_len`` kernels (one run in ``replay_every``) share one graph launch, the rest have a
+    ``replay_len`` kernels per stream of a device (one run in ``replay_every``) share one graph launch, the rest have a
     ``cudaLaunchKernel`` each inside an ``aten::op``; ``per_layer`` consecutive kernels of a stream
     form a layer. Returns the trace and each kernel's layer."""
     s = Strings()
@@ -159,7 +159,7 @@ def synthetic(n: int, devices: int = 2, streams: int = 2, per_layer: int = 10, r
     pick = i % 7
     replayed = ((j // replay_len) % replay_every == 0) if replay_every else np.zeros(n, bool)
     run = j // replay_len
-    corr = np.where(replayed, 10_000_000 + run * groups + g, i + 1)
+    corr = np.where(replayed, 10_000_000 + run * devices + g // streams, i + 1)  # a replay covers a device's streams
     kernels = Kernels.from_columns(full_columns(n, {
         "start": start, "end": start + dur, "device": g // streams, "stream": 7 + g % streams, "correlation": corr,
         "graph_id": np.where(replayed, 1, -1), "graph_node_id": np.where(replayed, j % replay_len + 100, -1),
@@ -168,7 +168,7 @@ def synthetic(n: int, devices: int = 2, streams: int = 2, per_layer: int = 10, r
         "name": np.array(full)[pick], "short": np.array(short)[pick], "row": i,
     }))
     # launches: a kernel launch per eager kernel, one graph launch per run (at its first kernel)
-    first = ~replayed | (j % replay_len == 0)
+    first = ~replayed | ((j % replay_len == 0) & (g % streams == 0))
     li = np.nonzero(first)[0]
     lstart = start[li] - 500
     launch_name = np.where(replayed[li], s.intern("cudaGraphLaunch"), s.intern("cudaLaunchKernel"))
@@ -421,7 +421,7 @@ def test_synthetic_layers_replays_flows(tmp_path):
     src, dst = flows(doc)
     assert len(dst) == len(t.kernels) == stats["flows"] and set(src) == set(dst)
     fan = Counter(id(src[f]) for f in dst)
-    assert max(fan.values()) == 8 and min(fan.values()) == 1
+    assert max(fan.values()) == 16 and min(fan.values()) == 1
     for f, k in dst.items():
         assert src[f]["name"] == ("cudaGraphLaunch" if "graph node id" in k["args"] else "cudaLaunchKernel")
         assert src[f]["ts"] < k["ts"]

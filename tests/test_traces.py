@@ -135,6 +135,24 @@ def test_generated_nsys_round_trips(tmp_path, schema, mode):
     assert got == want
 
 
+@pytest.mark.parametrize("schema", ["2.9.1", "3.25"])
+def test_every_kernel_column_equals_the_export(tmp_path, schema, shared):
+    """The reader packs and sorts columns on the way: every value must still be the export's."""
+    paths = [tmp_path / "g.sqlite", shared / "data/traces/nsys/nsysai_2gpu_1s_schema3.25.sqlite"]
+    generate(paths[0], schema=schema, layers=2, replays=2)
+    for path in paths:
+        t = read_nsys(path)
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        have = {r[1] for r in db.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        cols = ["start", "end", "deviceId", "streamId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+                "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "demangledName", "graphNodeId"] + (["graphId"] if "graphId" in have else [])
+        rows = db.execute(f"SELECT {', '.join('COALESCE(%s, -1)' % c for c in cols)} FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start, rowid").fetchall()
+        k = t.kernels
+        got = list(zip(k.start, k.end, k.device, k.stream, k.correlation, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z,
+                       k.registers, k.shared_static, k.shared_dynamic, k.name, k.graph_node_id, *([k.graph_id] if "graphId" in have else [])))
+        assert [tuple(map(int, g)) for g in got] == rows
+
+
 def test_processes_keep_their_correlations_apart(tmp_path):
     truth = generate(tmp_path / "two.sqlite", devices=2, layers=2, replays=2)
     assert truth["correlation_ids_overlap_across_processes"]
