@@ -34,6 +34,7 @@ from layerc.ir.trace import (
     MemOps,
     Strings,
     Trace,
+    distinct,
 )
 
 GRAPH_MODE_WARNING = (
@@ -176,7 +177,7 @@ class _Reader:
         )
         k = Kernels.from_columns(cols)
         if "shortName" not in have and len(k):  # derive, once per distinct name
-            names_ = np.unique(k.name)
+            names_ = distinct(k.name)
             lut = np.full(names_.max() + 1, -1, np.int32)
             for i in names_:
                 lut[i] = strings.intern(short_name(strings.values[i]))
@@ -203,7 +204,7 @@ class _Reader:
         a = np.array(rows, dtype=np.int64)
         gtid = a[:, 2]
         # API names without version suffixes; the driver API is the cu* family.
-        names = np.unique(a[:, 4])
+        names = distinct(a[:, 4])
         lut = np.zeros(names.max() + 1, np.int64)
         driver = np.zeros(names.max() + 1, bool)
         for i in names:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.trace import Trace
+from layerc.ir.trace import Trace, distinct
 
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
 
@@ -53,7 +53,10 @@ class KernelTable:
         k = trace.kernels
         if not len(k):
             return np.empty(0, np.int32), np.empty(0, np.int8)
-        names, inverse = np.unique(k.name, return_inverse=True)
+        names = distinct(k.name)
+        slot = np.zeros(names[-1] + 1, np.int64)
+        slot[names] = np.arange(len(names))
+        inverse = slot[k.name]
         short = np.empty(len(names), np.int32)
         kind = np.empty(len(names), np.int8)
         first = np.zeros(len(names), np.int64)
