@@ -40,6 +40,7 @@ test: install
 	$(PY) -m pytest -q -n 2 --durations=10
 
 bench: install
+	$(PIP) install -q $(FIND_LINKS) -e ".[bench]"
 	$(PY) -m layerc.tools.bench
 
 clean:

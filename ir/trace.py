@@ -257,12 +257,12 @@ class Trace:
         are per process: where kernels know their process, the process must match too."""
         k, l = self.kernels, self.launches
         if len(k) and (k.pid >= 0).all():
-            return _link(_process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation))
-        return _link(k.correlation, l.correlation)
+            return link(_process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation))
+        return link(k.correlation, l.correlation)
 
     def launch_cpu_op(self) -> np.ndarray:
         """For every launch, the CPU op with the same External id, or -1."""
-        return _link(self.launches.external_id, self.cpu_ops.external_id)
+        return link(self.launches.external_id, self.cpu_ops.external_id)
 
     def graph_launch_mask(self) -> np.ndarray:
         """Launches that replay a CUDA/HIP graph."""
@@ -299,7 +299,7 @@ def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
     return np.where(correlation >= 0, (pid << 40) | (correlation & ((1 << 40) - 1)), -1)
 
 
-def _link(keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
+def link(keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """For each key, the index of the first target with the same value (>= 0), else -1."""
     out = np.full(len(keys), NONE, dtype=np.int64)
     if not len(keys) or not len(targets):

@@ -414,11 +414,13 @@ def test_bad_arguments(tmp_path, kw):
 
 def test_cli(tmp_path, capsys):
     out = tmp_path / "cli.sqlite"
-    assert gen_nsys.main([str(out), "--schema", "2.9.1", "--mode", "graph", "--model", "llama", "--layers", "2",
-                          "--replays", "2", "--seed", "1"]) == 0
+    from layerc.tools.driver import main as layerc
+
+    assert layerc(["gen-nsys", str(out), "--schema", "2.9.1", "--mode", "graph", "--model", "llama", "--layers", "2",
+                   "--replays", "2", "--seed", "1"]) == 0
     assert str(out) in capsys.readouterr().out
     truth = json.loads((tmp_path / "cli_truth.json").read_text())
     assert (truth["schema"], truth["mode"], truth["model"], truth["layers"]) == ("2.9.1", "graph", "llama", 2)
     with pytest.raises(SystemExit) as e:
-        gen_nsys.main([str(out), "--schema", "9.9"])
+        layerc(["gen-nsys", str(out), "--schema", "9.9"])
     assert e.value.code == 2

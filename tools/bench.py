@@ -178,12 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     whole = bench_process("opt", big["path"], "-o", os.devnull)
     _progress("timing layer slicing")
     layer = bench_layers(next(r for r in rows if r["file"] == "DeepSeek-V3, 61 layers")["path"], 3 if args.quick else 5)
+    _progress("timing trace loading beside HolisticTraceAnalysis")
+    from layerc.tools.bench_traces import bench_nsys_million, bench_traces
+    from layerc.tools.bench_traces import report as trace_report
+
+    shared = Path(__file__).resolve().parents[1].parent / "shared"
+    traces = bench_traces(shared, 3 if args.quick else 5) if shared.is_dir() else []
+    million = bench_nsys_million()
     _progress("")
     sys.stdout.write(report(rows, whole, layer))
+    sys.stdout.write("\nTrace loading (each load in a fresh process; peak = max RSS, load = its growth during the load):\n\n")
+    sys.stdout.write(trace_report(traces, million))
     if args.json:
         from layerc.tools.outputs import write_atomic
 
-        write_atomic(args.json, json.dumps({"machine": machine(), "files": rows, "layerc_opt_process_s": whole, "layer": layer}, indent=2))
+        write_atomic(args.json, json.dumps({"machine": machine(), "files": rows, "layerc_opt_process_s": whole, "layer": layer,
+                                            "traces": traces, "nsys_million": million}, indent=2))
     return 0
 
 

@@ -110,7 +110,7 @@ def report(rows: list[dict], million: dict | None) -> str:
 
 
 def main() -> int:
-    shared = Path(os.environ.get("LAYERC_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
+    shared = Path(os.environ.get("LAYERC_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
     rows = bench_traces(shared)
     million = bench_nsys_million()
     sys.stdout.write(report(rows, million))

@@ -31,13 +31,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, TextIO
 
+from layerc.backends.files import atomic_open, write_atomic
 from layerc.ir.diagnostics import LayercError
 
 DUMP_FILENAME = "001_export_export_to_gm.txt"
@@ -549,21 +548,6 @@ def layer_map(gm, arch: str, num_layers: int, prefix: str | None = None) -> dict
 # --------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, writer: Callable[[TextIO], Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # open(..., "x") rather than tempfile.mkstemp: the file gets the usual
-    # umask-derived mode instead of mkstemp's 0600.
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as f:
-            writer(f)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def export(
     arch: str,
     layers: int,
@@ -575,6 +559,7 @@ def export(
     """Export ``arch`` with ``layers`` decoder layers into ``outdir``; returns paths and metadata."""
     _require_torch()
     outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model, gm = export_graph_module(arch, layers, experts=experts, dtype=dtype)
     prefix = decoder_layers_prefix(model)
@@ -584,10 +569,11 @@ def export(
     fx_path = outdir / FX_FILENAME
     layers_path = outdir / LAYERS_FILENAME
     counts: dict[str, int] = {}
-    _write_atomic(dump_path, lambda f: counts.__setitem__("graph_modules", write_dump(f, gm)))
-    _write_atomic(fx_path, lambda f: f.write(str(gm.graph)))
+    with atomic_open(dump_path) as f:
+        counts["graph_modules"] = write_dump(f, gm)
+    write_atomic(fx_path, str(gm.graph))
     lmap = layer_map(gm, arch, layers, prefix)
-    _write_atomic(layers_path, lambda f: f.write(json.dumps(lmap, indent=1) + "\n"))
+    write_atomic(layers_path, json.dumps(lmap, indent=1) + "\n")
     return {
         "arch": arch,
         "num_layers": layers,
@@ -625,16 +611,3 @@ def run(args: argparse.Namespace) -> int:
     for key in ("dump", "fx_graph", "layers"):
         print(result[key])
     return 0
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="export_hf", description=__doc__.splitlines()[0])
-    configure_parser(parser)
-    try:
-        return run(parser.parse_args(None if argv is None else list(argv)))
-    except LayercError as exc:
-        parser.exit(1, f"error: {exc.message}\n")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

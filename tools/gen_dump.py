@@ -16,17 +16,15 @@ Usage (wired as ``layerc gen-dump``): ``gen_dump ARCH OUTDIR [--layers N] [--tok
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
-import os
 import random
-import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Iterable
 
 from layerc.backends.autodeploy import print_module
+from layerc.backends.files import write_atomic
+from layerc.ir.diagnostics import LayercError
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize, target_base
 from layerc.ir.constants import DType
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight, map_values
@@ -880,28 +878,11 @@ def write(arch: str, outdir: str | Path, layers: int | None = None, tokens: int 
     mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise)
     outdir = Path(outdir)
     path = outdir / dump_name(mod)
-    _write_atomic(path, print_module(mod))
-    if with_truth:
-        _write_atomic(path.with_name(path.stem + "_truth.json"), json.dumps(truth(mod), indent=1) + "\n")
-    return path
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Readers never see a half-written dump: write a temp file beside it, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a dump is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
+    write_atomic(path, print_module(mod))
+    if with_truth:
+        write_atomic(path.with_name(path.stem + "_truth.json"), json.dumps(truth(mod), indent=1) + "\n")
+    return path
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("arch", choices=ARCHES, help="model architecture")
@@ -916,20 +897,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(write(args.arch, args.outdir, args.layers, args.tokens, args.symbolic, args.seed, args.shuffle,
-                piecewise=args.piecewise))
-    return 0
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gen_dump", description=__doc__.splitlines()[0])
-    configure_parser(parser)
-    args = parser.parse_args(None if argv is None else list(argv))
     try:
-        return run(args)
-    except ValueError as exc:
-        parser.exit(1, f"error: {exc}\n")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+        print(write(args.arch, args.outdir, args.layers, args.tokens, args.symbolic, args.seed, args.shuffle,
+                    piecewise=args.piecewise))
+    except ValueError as e:
+        raise LayercError(str(e)) from None
+    return 0

@@ -57,18 +57,18 @@ Usage (wired as ``layerc gen-nsys``): ``gen_nsys OUT.sqlite [--schema V] [--mode
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import math
 import os
 import random
 import sqlite3
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
+
+from layerc.backends.files import atomic_path, write_atomic
+from layerc.ir.diagnostics import LayercError
 
 SCHEMAS = ("2.9.1", "3.13", "3.25", "3.28")
 MODES = ("node", "graph")
@@ -1016,39 +1016,13 @@ def generate(path: str | os.PathLike, *, schema: str = "3.25", mode: str = "node
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sim = _Sim(schema, mode, model, layers, replays, eager_steps, devices, seed)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        os.unlink(tmp)  # sqlite creates it afresh
-        truth = sim.write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        truth = sim.write(str(tmp))
     truth["path"] = str(path)
     truth["bytes"] = path.stat().st_size
     truth["seconds"] = round(time.perf_counter() - t_wall, 3)
-    _write_text_atomic(path.with_name(path.stem + "_truth.json"), json.dumps(truth, indent=1) + "\n")
+    write_atomic(path.with_name(path.stem + "_truth.json"), json.dumps(truth, indent=1) + "\n")
     return truth
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass
@@ -1580,24 +1554,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    truth = generate(args.out, schema=args.schema, mode=args.mode, model=args.model, layers=args.layers,
-                     replays=args.replays, eager_steps=args.eager_steps, kernels=args.kernels, devices=args.devices,
-                     seed=args.seed)
+    try:
+        truth = generate(args.out, schema=args.schema, mode=args.mode, model=args.model, layers=args.layers,
+                         replays=args.replays, eager_steps=args.eager_steps, kernels=args.kernels, devices=args.devices,
+                         seed=args.seed)
+    except ValueError as e:
+        raise LayercError(str(e)) from None
     print(f"{truth['path']}: schema {truth['schema']}, {truth['mode']} mode, {truth['kernel_rows']} kernel rows "
           f"({truth['kernels_executed']} executed), {truth['graph_launches']} graph launches, "
           f"{truth['bytes']} bytes, {truth['seconds']} s")
     return 0
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gen_nsys", description=__doc__.splitlines()[0])
-    configure_parser(parser)
-    args = parser.parse_args(None if argv is None else list(argv))
-    try:
-        return run(args)
-    except ValueError as exc:
-        parser.exit(1, f"error: {exc}\n")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -1,0 +1,1026 @@
+"""A trace IR as a Perfetto timeline: TrackEvent protobuf (``.pftrace``) or legacy Chrome JSON.
+
+``write_pftrace(trace, path, spans=None, layer_of=None)`` streams TracePackets; the
+``write_chrome_json`` twin writes the same slices, tracks and flows as Chrome-trace JSON (Perfetto
+calls that format legacy: no interning, µs timestamps; keep it for tools that want JSON).
+
+Layout (both formats):
+
+* one process per device, ``GPU 0: NVIDIA H100 80GB HBM3``, with child tracks: first one per kind
+  of parent span (``spans=``: ``layers``, ``graph replays``... one track each, so a layer span and a
+  replay span never have to nest in one another), then ``gpu annotations`` (Kineto's
+  ``gpu_user_annotation``), then one track per stream (``stream 7``) holding kernels, memcpys and
+  memsets. Lined up one under the other, a kernel sits under its layer and replay spans.
+* one process per host pid, ``host process 1234``, a thread track per tid holding runtime/driver
+  calls, CPU ops, NVTX/user annotations and ``nn.Module`` spans, nested by time.
+* a flow from every launch to each kernel (and memcpy/memset) it launched: one flow id per kernel,
+  listed in the launch's ``flow_ids`` and ended by the kernel's ``terminating_flow_ids`` (a flow
+  cannot fork, so a graph launch starts one flow per kernel of its replay).
+
+Slices on one track must nest. Where a track's intervals overlap without nesting (clock jitter
+between kernels of one stream, a CPU op outliving its caller), the extra ones go to overflow
+tracks: a stream's or span kind's has the same name beside it (the Perfetto UI draws same-named
+sibling tracks as one), a thread's is ``thread N (overlap k)`` under the thread. Memcpy/memset
+flows need their launch's correlation id to be unambiguous: they are drawn when all launches come
+from one process. Rows without a start time (-1) are left out (counted in ``skipped``).
+
+Protobuf details: one ``trusted_packet_sequence_id``; event names, debug-annotation names and
+repeated string values (full kernel names, grid/block, Input Dims) are interned on first use
+(``interned_data`` + ``*_iid``, ``sequence_flags``); timestamps are the IR's int64 ns. Events are
+written in time order (trace_processor sorts by timestamp and keeps file order among equal ones,
+so ties are ordered here: ENDs before BEGINs, inner ENDs and outer BEGINs first). Packets are
+built ``BATCH`` at a time into a ``Trace`` message that is serialised and appended to the file
+(concatenated ``Trace`` messages are one trace; ``StreamingTraceProtoBuilder`` relies on that too,
+but wraps every packet in its own ``Trace``, about 1.8x the cost per packet). Kernel BEGIN packets
+are copied from a template per distinct (track, name, launch configuration). Memory: a few numpy
+columns per slice, the event index of one time window (``WINDOW`` events) and one batch.
+
+Both writers write a temporary file beside ``path`` and rename it over ``path`` when complete; a
+path ending in ``.gz`` is gzip-compressed (the Perfetto UI opens gzipped traces).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from layerc.ir.diagnostics import LayercError
+from layerc.backends.files import atomic_open
+from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, link
+
+#: The one packet sequence every packet is written on.
+SEQUENCE_ID = 0x6C63
+#: Slice events per serialised ``Trace`` batch.
+BATCH = 8192
+#: Events sorted at a time (a time window's worth): bounds the event index's memory.
+WINDOW = 1 << 19
+#: First track uuid (uuids are global in a trace: a prefix keeps ours apart from others' when merged).
+_UUID_BASE = 0x6C63 << 40
+
+_SEQ_CLEARED, _SEQ_NEEDS = 1, 2
+_BEGIN, _END = 1, 2
+_EXPLICIT = 3  # TrackDescriptor.ChildTracksOrdering.EXPLICIT
+
+# event kinds (3 bits in the packed event code)
+K_KERNEL, K_MEMOP, K_SPAN, K_LAUNCH, K_CPU_OP, K_ANNOTATION, K_MODULE = range(7)
+
+#: debug-annotation names, interned once (iid = position + 1)
+ARG_NAMES = (
+    "full name", "grid", "block", "registers per thread", "shared memory", "correlation", "graph id",
+    "graph node id", "External id", "layer", "bytes", "Input Dims", "Sequence number",
+)
+_ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
+_A_CORRELATION, _A_NODE, _A_EXTERNAL, _A_LAYER = (_ARG[k] for k in ("correlation", "graph node id", "External id", "layer"))
+
+_MAX_TEMPLATES = 1 << 16
+
+
+# -- public API ---------------------------------------------------------------------------------
+def write_pftrace(trace: Trace, path: str | os.PathLike, spans: Iterable[Any] | None = None,
+                  layer_of: np.ndarray | None = None) -> dict[str, int]:
+    """Write ``trace`` (and ``spans``, and each kernel's ``layer_of`` index) as a Perfetto protobuf
+    trace; returns counts (``packets``, ``slices``, ``flows``, ``tracks``, ``bytes``)."""
+    try:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    except ImportError:  # pragma: no cover - the dependency is declared, but say what to install
+        raise LayercError("writing a .pftrace needs the 'perfetto' package (pip install perfetto)") from None
+    layout = _Layout(trace, spans, layer_of)
+    with atomic_open(path, "wb") as f:
+        stats = _ProtoWriter(pb, layout, f).write()
+    stats["bytes"] = os.path.getsize(path)
+    return stats
+
+
+def write_chrome_json(trace: Trace, path: str | os.PathLike, spans: Iterable[Any] | None = None,
+                      layer_of: np.ndarray | None = None) -> dict[str, int]:
+    """The same timeline as Chrome-trace JSON (``X`` slices, ``M`` names, ``s``/``f`` flows).
+    Timestamps are µs; when ns timestamps are too large for µs doubles to keep every ns, they are
+    written relative to ``baseTimeNanoseconds`` (as Kineto does)."""
+    layout = _Layout(trace, spans, layer_of)
+    with atomic_open(path, "wb") as f:
+        stats = _JsonWriter(layout, f).write()
+    stats["bytes"] = os.path.getsize(path)
+    return stats
+
+
+@dataclass
+class Span:
+    """A parent span drawn above kernels (a layer, a graph replay...); dicts with these keys do too."""
+
+    name: str
+    start: int
+    end: int
+    track: str = "spans"
+    device: int | None = None
+    args: dict = field(default_factory=dict)
+
+
+# -- names ---------------------------------------------------------------------------------------
+class _Names:
+    """Interned ids for event names and string values: a trace string id ``s`` is iid ``s + 1``;
+    strings the trace lacks (track and span names, grid texts) follow."""
+
+    def __init__(self, trace: Trace):
+        self.values = trace.strings.values
+        self.base = len(self.values) + 1
+        self.extra: dict[str, int] = {}
+        self.extra_values: list[str] = []
+
+    def iid(self, text: str) -> int:
+        i = self.extra.get(text)
+        if i is None:
+            i = self.extra[text] = self.base + len(self.extra_values)
+            self.extra_values.append(text)
+        return i
+
+    def from_ids(self, ids: np.ndarray, fallback: str) -> np.ndarray:
+        """iids for a string-id column; -1 (no string) becomes ``fallback``."""
+        out = ids.astype(np.int32) + 1
+        if (ids < 0).any():
+            out[ids < 0] = self.iid(fallback)
+        return out
+
+    def text(self, iid: int) -> str:
+        return self.values[iid - 1] if iid < self.base else self.extra_values[iid - self.base]
+
+    def __len__(self) -> int:
+        return self.base + len(self.extra_values)
+
+
+# -- layout: tracks and which row goes on which ----------------------------------------------------
+@dataclass
+class _Track:
+    uuid: int
+    name: str
+    parent: int | None = None  #: parent track uuid
+    process: tuple[int, str] | None = None  #: (pid, process name): a process track
+    thread: tuple[int, int, str] | None = None  #: (pid, tid, name): a thread track
+    rank: int = 0  #: order among its siblings
+    ordered: bool = False  #: children ordered by ``rank``
+    json_pid: int = 0
+    json_tid: int | None = None  #: None for a process track
+
+
+@dataclass
+class _Rows:
+    """One kind of slice: times, the track of each row, its rank among the rows of its track
+    (by start, longer first: the order of BEGINs), its name iid."""
+
+    kind: int
+    start: np.ndarray
+    end: np.ndarray
+    track: np.ndarray = None  # type: ignore[assignment]
+    rank: np.ndarray = None  # type: ignore[assignment]
+    name: np.ndarray = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+class _Layout:
+    def __init__(self, trace: Trace, spans: Iterable[Any] | None, layer_of: np.ndarray | None):
+        self.trace = trace
+        self.names = _Names(trace)
+        self.tracks: list[_Track] = []
+        self.layer_of = _check_layer_of(trace, layer_of)
+        self.spans = [_span(s, i) for i, s in enumerate(spans or ())]
+        self.rows: dict[int, _Rows] = {}
+        self.skipped = 0
+        self._cpu_rows(trace)
+        self._gpu_rows(trace)
+        self._tracks(trace)
+        self._flows(trace)
+        self._kernel_args(trace)
+
+    # rows ---------------------------------------------------------------------------------------
+    def _valid(self, kind: int, start: np.ndarray, end: np.ndarray) -> _Rows:
+        start = np.asarray(start, np.int64)
+        end = np.maximum(np.asarray(end, np.int64), start)
+        bad = start < 0
+        self.skipped += int(bad.sum())
+        return _Rows(kind, start, end)
+
+    def _cpu_rows(self, t: Trace) -> None:
+        gpu_ann = t.annotations.kind == ANNOTATION_GPU
+        self.gpu_ann = np.nonzero(gpu_ann)[0]
+        self.cpu_ann = np.nonzero(~gpu_ann)[0]
+        self.rows[K_LAUNCH] = self._valid(K_LAUNCH, t.launches.start, t.launches.end)
+        self.rows[K_CPU_OP] = self._valid(K_CPU_OP, t.cpu_ops.start, t.cpu_ops.end)
+        self.rows[K_MODULE] = self._valid(K_MODULE, t.modules.start, t.modules.end)
+        ann = t.annotations
+        self.rows[K_ANNOTATION] = self._valid(K_ANNOTATION, ann.start, ann.end)
+        n = self.names
+        self.rows[K_LAUNCH].name = n.from_ids(t.launches.name, "launch")
+        self.rows[K_CPU_OP].name = n.from_ids(t.cpu_ops.name, "cpu op")
+        self.rows[K_MODULE].name = n.from_ids(t.modules.name, "module")
+        self.rows[K_ANNOTATION].name = n.from_ids(ann.name, "annotation")
+
+    def _gpu_rows(self, t: Trace) -> None:
+        k, m, n = t.kernels, t.memops, self.names
+        self.rows[K_KERNEL] = self._valid(K_KERNEL, k.start, k.end)
+        self.rows[K_KERNEL].name = n.from_ids(np.where(k.short >= 0, k.short, k.name), "kernel")
+        self.rows[K_MEMOP] = self._valid(K_MEMOP, m.start, m.end)
+        memop_names = np.where(m.kind == MEMSET, n.iid("Memset"), n.iid("Memcpy"))
+        self.rows[K_MEMOP].name = np.where(m.name >= 0, m.name.astype(np.int64) + 1, memop_names)
+        s = self.spans
+        self.rows[K_SPAN] = self._valid(K_SPAN, [x.start for x in s], [x.end for x in s])
+        self.rows[K_SPAN].name = np.array([n.iid(x.name) for x in s], np.int64)
+
+    # tracks -------------------------------------------------------------------------------------
+    def _new(self, **kw) -> _Track:
+        tr = _Track(uuid=_UUID_BASE + len(self.tracks) + 1, **kw)
+        self.tracks.append(tr)
+        return tr
+
+    def _tracks(self, t: Trace) -> None:
+        k, m, ann = t.kernels, t.memops, t.annotations
+        cpu_pids = set()
+        for table, idx in ((t.launches, None), (t.cpu_ops, None), (t.modules, None), (ann, self.cpu_ann)):
+            pid = table.pid if idx is None else table.pid[idx]
+            cpu_pids.update(np.unique(pid).tolist())
+        devices = set(np.unique(k.device).tolist()) | set(np.unique(m.device).tolist())
+        devices |= set(np.unique(ann.pid[self.gpu_ann]).tolist())
+        span_devices = {x.device for x in self.spans}
+        if None in span_devices:  # a span without a device: on the only device, else on its own
+            if len(devices | (span_devices - {None})) == 1:
+                only = next(iter(devices | (span_devices - {None})))
+                self.spans = [x if x.device is not None else _replace_device(x, only) for x in self.spans]
+            span_devices = {x.device for x in self.spans}
+        devices |= span_devices
+        taken = set(cpu_pids)
+        next_pid = max([p for p in taken | {d for d in devices if d is not None} if isinstance(p, int)] + [0]) + 1
+
+        def fresh() -> int:
+            nonlocal next_pid
+            while next_pid in taken:
+                next_pid += 1
+            taken.add(next_pid)
+            return next_pid
+
+        # devices: process track, then span tracks, gpu annotations, streams
+        dev_track: dict[Any, _Track] = {}
+        for d in sorted(devices, key=lambda x: (x is None, x if x is not None else 0)):
+            pid = d if (d is not None and 0 <= d < 1 << 31 and d not in taken) else fresh()
+            taken.add(pid)
+            label = _device_label(t, d, devices)
+            dev_track[d] = self._new(name=label, process=(_i32(pid), label), ordered=True, json_pid=pid)
+        tids: dict[int, set] = {tr.json_pid: set() for tr in dev_track.values()}
+        for d, s in set(zip(k.device.tolist(), k.stream.tolist())) | set(zip(m.device.tolist(), m.stream.tolist())):
+            tids[dev_track[d].json_pid].add(s)
+        rank = 0
+
+        def child(parent: _Track, name: str, tid: int | None = None) -> _Track:
+            """A named track under a device; ``tid`` its JSON thread id (a fresh one if None)."""
+            nonlocal rank
+            used = tids.setdefault(parent.json_pid, set())
+            if tid is None:
+                tid = max(used | {0}) + 1
+            used.add(tid)
+            rank += 1
+            return self._new(name=name, parent=parent.uuid, rank=rank, json_pid=parent.json_pid, json_tid=tid)
+
+        # spans, one track kind at a time in order of first appearance
+        sp = self.rows[K_SPAN]
+        kinds = list(dict.fromkeys(x.track for x in self.spans))
+        dev_list = list(dev_track)
+        dev_pos = {d: i for i, d in enumerate(dev_list)}
+        span_key = np.array([[dev_pos[x.device], kinds.index(x.track)] for x in self.spans], np.int64).reshape(-1, 2)
+        sp.track, sp.rank = self._place(
+            sp, span_key[:, 0] * max(len(kinds), 1) + span_key[:, 1],
+            lambda g, lane: child(dev_track[dev_list[g // max(len(kinds), 1)]], kinds[g % max(len(kinds), 1)]))
+
+        # gpu annotations, one track per device
+        ar = self.rows[K_ANNOTATION]
+        ar.track = np.zeros(len(ar), np.int64)
+        ar.rank = np.zeros(len(ar), np.int64)
+        if len(self.gpu_ann):
+            sub = _Rows(K_ANNOTATION, ar.start[self.gpu_ann], ar.end[self.gpu_ann])
+            dev = ann.pid[self.gpu_ann]
+            ar.track[self.gpu_ann], ar.rank[self.gpu_ann] = self._place(
+                sub, dev, lambda g, lane: child(dev_track[g], "gpu annotations"))
+
+        # streams: kernels and memops together
+        kr, mr = self.rows[K_KERNEL], self.rows[K_MEMOP]
+        both = _Rows(-1, np.concatenate([kr.start, mr.start]), np.concatenate([kr.end, mr.end]))
+        dev = np.concatenate([k.device, m.device]).astype(np.int64)
+        stream = np.concatenate([k.stream, m.stream])
+        keys, key = _unique_rows(dev, stream)
+
+        def stream_track(g: int, lane: int) -> _Track:
+            d, s = int(keys[g][0]), int(keys[g][1])
+            return child(dev_track[d], f"stream {s}" if s >= 0 else "stream ?", s if lane == 0 else None)
+
+        track, rank = self._place(both, key, stream_track)
+        kr.track, kr.rank = track[: len(kr)], rank[: len(kr)]
+        mr.track, mr.rank = track[len(kr):], rank[len(kr):]
+
+        # host: a process per pid, a thread track per tid
+        cpu = [(K_LAUNCH, t.launches.pid, t.launches.tid, None), (K_CPU_OP, t.cpu_ops.pid, t.cpu_ops.tid, None),
+               (K_MODULE, t.modules.pid, t.modules.tid, None), (K_ANNOTATION, ann.pid, ann.tid, self.cpu_ann)]
+        starts, ends, pids, tids_, owners = [], [], [], [], []
+        for kind, pid, tid, idx in cpu:
+            rows = self.rows[kind]
+            sel = np.arange(len(rows)) if idx is None else idx
+            starts.append(rows.start[sel])
+            ends.append(rows.end[sel])
+            pids.append(pid[sel])
+            tids_.append(tid[sel])
+            owners.append((kind, sel))
+        allrows = _Rows(-1, np.concatenate(starts), np.concatenate(ends))
+        threads, tkey = _unique_rows(np.concatenate(pids).astype(np.int64), np.concatenate(tids_).astype(np.int64))
+        proc_track: dict[int, _Track] = {}
+        thread_track: dict[int, _Track] = {}
+        host_tids: dict[int, set] = {}
+        for p, tid in threads:
+            host_tids.setdefault(p, set()).add(tid)
+
+        def thread_track_for(g: int, lane: int) -> _Track:
+            p, tid = (int(x) for x in threads[g])
+            if p not in proc_track:
+                label = f"host process {p}"
+                proc_track[p] = self._new(name=label, process=(_i32(p), label), json_pid=p)
+            if lane == 0:
+                tr = self._new(name=f"thread {tid}", parent=proc_track[p].uuid, thread=(_i32(p), _i32(tid), f"thread {tid}"),
+                               json_pid=p, json_tid=tid)
+                thread_track[g] = tr
+                return tr
+            main = thread_track.get(g) or thread_track_for(g, 0)
+            used = host_tids[p]
+            jt = max(used) + 1
+            used.add(jt)
+            return self._new(name=f"thread {tid} (overlap {lane})", parent=main.uuid, json_pid=p, json_tid=jt)
+
+        track, rank = self._place(allrows, tkey, thread_track_for)
+        at = 0
+        for kind, sel in owners:
+            rows = self.rows[kind]
+            if rows.track is None:
+                rows.track = np.zeros(len(rows), np.int64)
+                rows.rank = np.zeros(len(rows), np.int64)
+            rows.track[sel] = track[at: at + len(sel)]
+            rows.rank[sel] = rank[at: at + len(sel)]
+            at += len(sel)
+
+    def _place(self, rows: _Rows, group: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's track uuid and rank: rows of one group share its track where they nest;
+        rows that overlap without nesting go to the group's overflow lanes. ``make(group, lane)``
+        creates a lane's track."""
+        n = len(rows)
+        track = np.zeros(n, np.int64)
+        rank = np.zeros(n, np.int64)
+        if n == 0:
+            return track, rank
+        group = np.asarray(group, np.int64)
+        order = np.lexsort((-rows.end, rows.start, group))
+        rank[order] = np.arange(n)
+        g, s, e = group[order], rows.start[order], rows.end[order]
+        cuts = np.nonzero(np.diff(g))[0] + 1
+        bounds = np.concatenate([[0], cuts, [n]])
+        flat = np.ones(n, bool)  # the next row starts after this one ends, within the group
+        flat[:-1] = s[1:] >= e[:-1]
+        flat[bounds[1:] - 1] = True
+        lanes: dict[tuple[int, int], int] = {}
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            gid = int(g[a])
+            ln = np.zeros(b - a, np.int64)
+            if not flat[a:b].all():
+                for c, d in _pieces(s[a:b], e[a:b]):
+                    if not _nested(s[a + c: a + d], e[a + c: a + d]):
+                        ln[c:d] = _stack_lanes(s[a + c: a + d].tolist(), e[a + c: a + d].tolist())
+            uu = np.empty(int(ln.max()) + 1, np.int64)
+            for lane in range(len(uu)):
+                if (gid, lane) not in lanes:
+                    lanes[(gid, lane)] = make(gid, lane).uuid
+                uu[lane] = lanes[(gid, lane)]
+            track[order[a:b]] = uu[ln]
+        return track, rank
+
+    # flows and args -----------------------------------------------------------------------------
+    def _flows(self, t: Trace) -> None:
+        """Flow ids: kernel ``i`` is ``i + 1``, memop ``j`` is ``n_kernels + j + 1``; each launch
+        lists the flow ids of what it launched (CSR: ``launch_flows[offsets[i]:offsets[i+1]]``)."""
+        nk = len(t.kernels)
+        kl = t.kernel_launch() if len(t.launches) else np.full(nk, -1, np.int64)
+        ml = np.full(len(t.memops), -1, np.int64)
+        if len(t.launches) and len(t.memops) and len(np.unique(t.launches.pid)) == 1:
+            ml = link(t.memops.correlation, t.launches.correlation)
+        if len(t.launches):  # rows without a time are not drawn: no flows either
+            drawn = self.rows[K_LAUNCH].start >= 0
+            kl = np.where((kl >= 0) & (self.rows[K_KERNEL].start >= 0) & drawn[np.maximum(kl, 0)], kl, -1)
+            ml = np.where((ml >= 0) & (self.rows[K_MEMOP].start >= 0) & drawn[np.maximum(ml, 0)], ml, -1)
+        self.kernel_flow = np.where(kl >= 0, np.arange(nk, dtype=np.int64) + 1, 0)
+        self.memop_flow = np.where(ml >= 0, np.arange(len(ml), dtype=np.int64) + nk + 1, 0)
+        launch = np.concatenate([kl, ml])
+        flow = np.concatenate([self.kernel_flow, self.memop_flow])
+        start = np.concatenate([self.rows[K_KERNEL].start, self.rows[K_MEMOP].start])
+        keep = launch >= 0
+        launch, flow, start = launch[keep], flow[keep], start[keep]
+        order = np.lexsort((start, launch))
+        self.launch_flows = flow[order]
+        counts = np.bincount(launch, minlength=len(t.launches)) if len(launch) else np.zeros(len(t.launches), np.int64)
+        self.launch_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.flows = int(keep.sum())
+
+    def _kernel_args(self, t: Trace) -> None:
+        """Interned texts for grid and block (``[x, y, z]``), once per distinct triple."""
+        k, n = t.kernels, self.names
+        self.grid = _triple_iids(n, k.grid_x, k.grid_y, k.grid_z)
+        self.block = _triple_iids(n, k.block_x, k.block_y, k.block_z)
+        self.shared = np.where((k.shared_static >= 0) | (k.shared_dynamic >= 0),
+                               np.maximum(k.shared_static, 0) + np.maximum(k.shared_dynamic, 0), -1).astype(np.int32)
+        self.full = np.where(k.name >= 0, k.name + 1, 0).astype(np.int32)
+
+    # event order ------------------------------------------------------------------------------
+    def events(self, ends: bool = True, window: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every slice's BEGIN (and END) event as (timestamps, codes) arrays, in time order, about
+        ``window`` events at a time (windows split at timestamps, so equal ones stay together).
+        Ties are broken by ``_event_keys``. A code is ``row << 4 | kind << 1 | is_end``."""
+        window = window or WINDOW
+        parts = [(kind, rows) for kind, rows in self.rows.items() if len(rows)]
+        total = sum(len(rows) for _, rows in parts) * (2 if ends else 1)
+        cuts: list = []
+        if total > window:
+            step = max(1, total // (64 * (total // window)))
+            sample = np.sort(np.concatenate([rows.start[::step] for _, rows in parts]))
+            at = np.linspace(0, len(sample) - 1, total // window + 1)[1:-1].astype(np.int64)
+            cuts = np.unique(sample[at]).tolist()
+        edges = [None] + cuts + [None]
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            ts, codes = self._window(parts, lo, hi, ends)
+            if len(ts):
+                yield ts, codes
+
+    @staticmethod
+    def _window(parts, lo, hi, ends: bool) -> tuple[np.ndarray, np.ndarray]:
+        ts, keys, codes = [], [], []
+
+        def within(x: np.ndarray) -> np.ndarray:
+            m = x >= 0 if lo is None else x >= lo
+            return m if hi is None else m & (x < hi)
+
+        for kind, rows in parts:
+            valid = rows.start >= 0
+            for is_end in ((0, 1) if ends else (0,)):
+                col = rows.end if is_end else rows.start
+                idx = np.nonzero(valid & within(col))[0].astype(np.int64)
+                if not len(idx):
+                    continue
+                ts.append(col[idx])
+                codes.append(idx << 4 | kind << 1 | is_end)
+                keys.append(_event_keys(rows.rank[idx], (rows.end[idx] == rows.start[idx]) if is_end else None))
+        if not ts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        ts_a, key_a, code_a = np.concatenate(ts), np.concatenate(keys), np.concatenate(codes)
+        del ts, keys, codes
+        order = np.lexsort((key_a, ts_a))
+        return ts_a[order], code_a[order]
+
+
+def _event_keys(rank: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
+    """Sort keys, after the timestamp, of BEGIN events (``zero`` None) or END events of rows with
+    these ranks: at one time on one track, ENDs (inner ones, i.e. later-ranked, first) come
+    before BEGINs (outer, i.e. earlier-ranked, first), except that a zero-length slice ends right
+    after it begins."""
+    begin = (1 << 40) | rank << 1
+    if zero is None:
+        return begin
+    return np.where(zero, begin | 1, (1 << 39) - rank)
+
+
+def _pieces(s: np.ndarray, e: np.ndarray, size: int = 1 << 18) -> Iterator[tuple[int, int]]:
+    """Rows sorted by (start, -end) cut where nothing is open into pieces of about ``size`` rows
+    (nesting is decided a piece at a time, in bounded memory)."""
+    n = len(s)
+    quiet = np.nonzero(s[1:] >= np.maximum.accumulate(e)[:-1])[0] + 1  # rows that start after all before end
+    a = 0
+    while a < n:
+        i = np.searchsorted(quiet, a + size)
+        b = int(quiet[i]) if a + size < n and i < len(quiet) else n
+        yield a, b
+        a = b
+
+
+def _nested(s: np.ndarray, e: np.ndarray) -> bool:
+    """Whether rows sorted by (start, -end) nest: replay their BEGIN/END events in the order the
+    writer emits them and check that every END closes its own BEGIN (the most recent one open at
+    its depth), in numpy."""
+    m = len(s)
+    r = np.arange(m, dtype=np.int64)
+    ts = np.concatenate([s, e])
+    key = np.concatenate([_event_keys(r, None), _event_keys(r, e == s)])
+    is_end = np.concatenate([np.zeros(m, bool), np.ones(m, bool)])
+    ident = np.concatenate([r, r])
+    order = np.lexsort((key, ts))
+    is_end, ident = is_end[order], ident[order]
+    delta = np.where(is_end, -1, 1)
+    after = np.cumsum(delta)
+    if (after < 0).any():
+        return False
+    level = np.where(is_end, after, after - 1)  # a BEGIN opens, its END closes, the same level
+    by = np.argsort(level, kind="stable")
+    is_end, ident, level = is_end[by], ident[by], level[by]
+    return bool(not is_end[0::2].any() and is_end[1::2].all() and (ident[0::2] == ident[1::2]).all()
+                and (level[0::2] == level[1::2]).all())
+
+
+def _stack_lanes(starts: list[int], ends: list[int]) -> list[int]:
+    """Rows sorted by (start, -end): the first lane each nests in (a lane is a stack of the rows
+    open there)."""
+    stacks: list[list[int]] = []
+    out = []
+    for s, e in zip(starts, ends):
+        for li, st in enumerate(stacks):
+            while st and st[-1] <= s:
+                st.pop()
+            if not st or e <= st[-1]:
+                out.append(li)
+                st.append(e)
+                break
+        else:
+            stacks.append([e])
+            out.append(len(stacks) - 1)
+    return out
+
+
+def _unique_rows(*cols: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+    """Distinct rows of equal-length integer columns and each row's index among them (what
+    ``np.unique(axis=0)`` gives, without its slow sort of row bytes)."""
+    n = len(cols[0])
+    if n == 0:
+        return [], np.empty(0, np.int64)
+    key = np.zeros(n, np.int64)
+    for c in cols:
+        u, inv = np.unique(c, return_inverse=True)
+        key = key * len(u) + inv.reshape(-1)
+        key = np.unique(key, return_inverse=True)[1].reshape(-1)  # keep the key dense (no overflow)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    rows = list(zip(*(c[first].tolist() for c in cols)))
+    return rows, inv.reshape(-1)
+
+
+def _triple_iids(names: _Names, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """iids of ``[x, y, z]`` texts (0 where absent), made once per distinct triple."""
+    rows, inv = _unique_rows(x, y, z)
+    if not rows:
+        return np.zeros(0, np.int32)
+    iids = np.array([names.iid(f"[{a}, {b}, {c}]") if a >= 0 else 0 for a, b, c in rows], np.int32)
+    return iids[inv]
+
+
+def _check_layer_of(trace: Trace, layer_of) -> np.ndarray | None:
+    if layer_of is None:
+        return None
+    a = np.asarray(layer_of)
+    if a.ndim != 1 or len(a) != len(trace.kernels) or not np.issubdtype(a.dtype, np.integer):
+        raise LayercError(f"layer_of must be an integer array with one entry per kernel ({len(trace.kernels)}), "
+                          f"not {a.dtype} of shape {a.shape}")
+    return a.astype(np.int64)
+
+
+def _span(s: Any, i: int) -> Span:
+    get = s.get if isinstance(s, dict) else (lambda key, default=None: getattr(s, key, default))
+    name, start, end = get("name"), get("start"), get("end")
+    if name is None or start is None or end is None:
+        raise LayercError(f"span {i} needs a name, a start and an end (got {s!r})")
+    device = get("device")
+    return Span(name=str(name), start=int(start), end=int(end), track=str(get("track") or "spans"),
+                device=None if device is None or int(device) < 0 else int(device), args=dict(get("args") or {}))
+
+
+def _replace_device(s: Span, device: int) -> Span:
+    return Span(s.name, s.start, s.end, s.track, device, s.args)
+
+
+def _device_label(t: Trace, d, devices: set) -> str:
+    if d is None:
+        return "GPU (all devices)"
+    name = t.devices.get(d)
+    if name is None and len(t.devices) == 1 and len({x for x in devices if x is not None}) == 1:
+        name = next(iter(t.devices.values()))  # ROCm traces number the one device differently
+    if d < 0:
+        return "GPU ?" + (f": {name}" if name else "")
+    return f"GPU {d}: {name}" if name else f"GPU {d}"
+
+
+def _i32(x: int) -> int:
+    return x if -(1 << 31) <= x < (1 << 31) else x & 0x7FFFFFFF
+
+
+# -- protobuf -------------------------------------------------------------------------------------
+class _ProtoWriter:
+    def __init__(self, pb, layout: _Layout, f):
+        self.pb, self.lay, self.f = pb, layout, f
+        self.packets = 0
+        self.name_done = bytearray(len(layout.names) + 1)  # event names interned so far
+        self.value_done = bytearray(len(layout.names) + 1)  # debug-annotation string values
+        self.templates: dict[tuple, Any] = {}
+
+    def write(self) -> dict[str, int]:
+        pb, lay = self.pb, self.lay
+        batch = pb.Trace()
+        first = batch.packet.add()
+        first.trusted_packet_sequence_id = SEQUENCE_ID
+        first.first_packet_on_sequence = True
+        first.sequence_flags = _SEQ_CLEARED
+        for name, iid in _ARG.items():
+            first.interned_data.debug_annotation_names.add(iid=iid, name=name)
+        for tr in lay.tracks:
+            p = batch.packet.add()
+            p.trusted_packet_sequence_id = SEQUENCE_ID
+            td = p.track_descriptor
+            td.uuid = tr.uuid
+            if tr.parent is not None:
+                td.parent_uuid = tr.parent
+            if tr.process is not None:
+                td.process.pid, td.process.process_name = tr.process
+            elif tr.thread is not None:
+                td.thread.pid, td.thread.tid, td.thread.thread_name = tr.thread
+            else:
+                td.name = tr.name
+                td.sibling_order_rank = tr.rank
+            if tr.ordered:
+                td.child_ordering = _EXPLICIT
+        self._flush(batch)
+        slices = 0
+        for ts, codes in lay.events():
+            slices += int((codes & 1).sum())
+            for a in range(0, len(ts), BATCH):
+                self._chunk(ts[a: a + BATCH], codes[a: a + BATCH])
+        return {"packets": self.packets, "slices": slices, "flows": lay.flows, "tracks": len(lay.tracks),
+                "skipped": lay.skipped}
+
+    def _flush(self, batch) -> None:
+        self.packets += len(batch.packet)
+        self.f.write(batch.SerializeToString())
+
+    def _chunk(self, ts: np.ndarray, codes: np.ndarray) -> None:
+        lay, pb = self.lay, self.pb
+        kind = (codes >> 1) & 7
+        is_end = (codes & 1).astype(bool)
+        idx = codes >> 4
+        track = np.empty(len(codes), np.int64)
+        per_kind: dict[int, Iterator] = {}
+        new_names: list[np.ndarray] = []
+        new_values: list[np.ndarray] = []
+        for k in np.unique(kind).tolist():
+            rows = lay.rows[k]
+            m = kind == k
+            track[m] = rows.track[idx[m]]
+            b = idx[m & ~is_end]
+            if len(b):
+                new_names.append(rows.name[b])
+                per_kind[k], values = self._prepare(k, b)
+                if values is not None:
+                    new_values.append(values)
+        batch = pb.Trace()
+        add = batch.packet.add
+        ts_l, track_l, end_l, kind_l = ts.tolist(), track.tolist(), is_end.tolist(), kind.tolist()
+        p0 = None
+        emit = {K_KERNEL: self._kernel, K_MEMOP: self._memop, K_SPAN: self._span, K_LAUNCH: self._launch,
+                K_CPU_OP: self._cpu_op, K_ANNOTATION: self._plain, K_MODULE: self._plain}
+        for t, tr, end, k in zip(ts_l, track_l, end_l, kind_l):
+            p = add()
+            if p0 is None:
+                p0 = p
+            if end:
+                p.trusted_packet_sequence_id = SEQUENCE_ID
+                te = p.track_event
+                te.type = _END
+                te.track_uuid = tr
+            else:
+                emit[k](p, tr, next(per_kind[k]))  # may replace the packet's fields: set ts after
+            p.timestamp = t
+        if p0 is not None:
+            self._intern(p0, new_names, new_values)
+        self._flush(batch)
+
+    def _intern(self, p, names: list[np.ndarray], values: list[np.ndarray]) -> None:
+        """New interned strings go in the batch's first packet (it precedes their uses)."""
+        text = self.lay.names.text
+        if names:
+            ids = np.unique(np.concatenate(names))
+            done = np.frombuffer(self.name_done, np.uint8)
+            ids = ids[(ids > 0) & (done[ids] == 0)]
+            if len(ids):
+                done[ids] = 1
+                en = p.interned_data.event_names
+                for i in ids.tolist():
+                    en.add(iid=i, name=text(i))
+        if values:
+            ids = np.unique(np.concatenate(values))
+            done = np.frombuffer(self.value_done, np.uint8)
+            ids = ids[(ids > 0) & (done[ids] == 0)]
+            if len(ids):
+                done[ids] = 1
+                sv = p.interned_data.debug_annotation_string_values
+                for i in ids.tolist():
+                    sv.add(iid=i, str=text(i).encode())
+
+    # per-kind BEGIN packets -----------------------------------------------------------------------
+    def _prepare(self, k: int, b: np.ndarray) -> tuple[Iterator, np.ndarray | None]:
+        """The BEGIN events' values for rows ``b`` of kind ``k``, in order, as tuples; and the
+        string values they use."""
+        lay, t = self.lay, self.lay.trace
+        rows = lay.rows[k]
+        name = rows.name[b].tolist()
+        if k == K_KERNEL:
+            kk = t.kernels
+            layer = lay.layer_of[b] if lay.layer_of is not None else np.full(len(b), -1)
+            cols = (name, lay.full[b], lay.grid[b], lay.block[b], kk.registers[b], lay.shared[b], kk.graph_id[b],
+                    kk.correlation[b], kk.graph_node_id[b], kk.external_id[b], layer, lay.kernel_flow[b])
+            values = np.concatenate([lay.full[b], lay.grid[b], lay.block[b]])
+            return zip(*(c if isinstance(c, list) else c.tolist() for c in cols)), values
+        if k == K_MEMOP:
+            mm = t.memops
+            cols = (name, mm.bytes[b], mm.correlation[b], mm.graph_node_id[b], lay.memop_flow[b])
+            return zip(*(c if isinstance(c, list) else c.tolist() for c in cols)), None
+        if k == K_LAUNCH:
+            ll = t.launches
+            off = lay.launch_offsets
+            flows = [lay.launch_flows[off[i]: off[i + 1]].tolist() if off[i + 1] > off[i] else None for i in b.tolist()]
+            cols = (name, ll.correlation[b].tolist(), ll.external_id[b].tolist(), flows)
+            return zip(*cols), None
+        if k == K_CPU_OP:
+            cc = t.cpu_ops
+            dims = np.where(cc.input_dims[b] >= 0, cc.input_dims[b].astype(np.int64) + 1, 0)
+            cols = (name, cc.external_id[b].tolist(), cc.sequence[b].tolist(), dims.tolist())
+            return zip(*cols), dims
+        if k == K_SPAN:
+            return zip(name, [lay.spans[i] for i in b.tolist()]), None
+        return iter(name), None
+
+    def _begin(self, p, tr: int, name: int):
+        p.trusted_packet_sequence_id = SEQUENCE_ID
+        p.sequence_flags = _SEQ_NEEDS
+        te = p.track_event
+        te.type = _BEGIN
+        te.track_uuid = tr
+        te.name_iid = name
+        return te
+
+    def _kernel(self, p, tr, v) -> None:
+        name, full, grid, block, regs, shm, gid, corr, node, ext, layer, flow = v
+        key = (tr, name, full, grid, block, regs, shm, gid)
+        tmpl = self.templates.get(key)
+        if tmpl is None:
+            if len(self.templates) >= _MAX_TEMPLATES:
+                self.templates.clear()
+            tmpl = self.templates[key] = self.pb.TracePacket()
+            te = self._begin(tmpl, tr, name)
+            da = te.debug_annotations
+            if full:
+                da.add(name_iid=_ARG["full name"], string_value_iid=full)
+            if grid:
+                da.add(name_iid=_ARG["grid"], string_value_iid=grid)
+            if block:
+                da.add(name_iid=_ARG["block"], string_value_iid=block)
+            if regs >= 0:
+                da.add(name_iid=_ARG["registers per thread"], int_value=regs)
+            if shm >= 0:
+                da.add(name_iid=_ARG["shared memory"], int_value=shm)
+            if gid >= 0:
+                da.add(name_iid=_ARG["graph id"], int_value=gid)
+        p.CopyFrom(tmpl)
+        te = p.track_event
+        da = te.debug_annotations
+        if corr >= 0:
+            d = da.add()
+            d.name_iid = _A_CORRELATION
+            d.int_value = corr
+        if node >= 0:
+            d = da.add()
+            d.name_iid = _A_NODE
+            d.int_value = node
+        if ext >= 0:
+            d = da.add()
+            d.name_iid = _A_EXTERNAL
+            d.int_value = ext
+        if layer >= 0:
+            d = da.add()
+            d.name_iid = _A_LAYER
+            d.int_value = layer
+        if flow:
+            te.terminating_flow_ids.append(flow)
+
+    def _memop(self, p, tr, v) -> None:
+        name, nbytes, corr, node, flow = v
+        te = self._begin(p, tr, name)
+        da = te.debug_annotations
+        if nbytes >= 0:
+            da.add(name_iid=_ARG["bytes"], int_value=nbytes)
+        if corr >= 0:
+            da.add(name_iid=_ARG["correlation"], int_value=corr)
+        if node >= 0:
+            da.add(name_iid=_ARG["graph node id"], int_value=node)
+        if flow:
+            te.terminating_flow_ids.append(flow)
+
+    def _launch(self, p, tr, v) -> None:
+        name, corr, ext, flows = v
+        te = self._begin(p, tr, name)
+        da = te.debug_annotations
+        if corr >= 0:
+            d = da.add()
+            d.name_iid = _A_CORRELATION
+            d.int_value = corr
+        if ext >= 0:
+            d = da.add()
+            d.name_iid = _A_EXTERNAL
+            d.int_value = ext
+        if flows:
+            te.flow_ids.extend(flows)
+
+    def _cpu_op(self, p, tr, v) -> None:
+        name, ext, seq, dims = v
+        te = self._begin(p, tr, name)
+        da = te.debug_annotations
+        if ext >= 0:
+            da.add(name_iid=_ARG["External id"], int_value=ext)
+        if seq >= 0:
+            da.add(name_iid=_ARG["Sequence number"], int_value=seq)
+        if dims:
+            da.add(name_iid=_ARG["Input Dims"], string_value_iid=dims)
+
+    def _span(self, p, tr, v) -> None:
+        name, span = v
+        te = self._begin(p, tr, name)
+        for key, value in span.args.items():
+            d = te.debug_annotations.add(name=str(key))
+            if isinstance(value, bool):
+                d.bool_value = value
+            elif isinstance(value, int):
+                d.int_value = value
+            elif isinstance(value, float):
+                d.double_value = value
+            else:
+                d.string_value = str(value)
+
+    def _plain(self, p, tr, name) -> None:
+        self._begin(p, tr, name)
+
+
+# -- Chrome JSON ----------------------------------------------------------------------------------
+class _JsonWriter:
+    def __init__(self, layout: _Layout, f):
+        self.lay, self.f = layout, f
+        self.first = True
+        valid = [r for r in layout.rows.values() if len(r)]
+        lo = min((int(r.start[r.start >= 0].min()) for r in valid if (r.start >= 0).any()), default=0)
+        hi = max((int(r.end[r.start >= 0].max()) for r in valid if (r.start >= 0).any()), default=0)
+        # µs doubles keep every ns below 2**53 ns (104 days); larger clocks are written relative
+        self.base = (lo // 1_000_000_000) * 1_000_000_000 if hi >= 1 << 53 else 0
+        self.pid = [tr.json_pid for tr in layout.tracks]
+        self.tid = [tr.json_tid for tr in layout.tracks]
+
+    def _emit(self, events: list) -> None:
+        if events:
+            import orjson
+
+            body = orjson.dumps(events)[1:-1]
+            self.f.write(body if self.first else b"," + body)
+            self.first = False
+
+    def write(self) -> dict[str, int]:
+        import orjson
+
+        lay = self.lay
+        head: dict[str, Any] = {"displayTimeUnit": "ns", "traceName": lay.trace.source}
+        if self.base:
+            head["baseTimeNanoseconds"] = self.base
+        self.f.write(orjson.dumps(head)[:-1] + b',"traceEvents":[')
+        self._emit(self._metadata())
+        slices = 0
+        for _, codes in lay.events(ends=False):
+            slices += len(codes)
+            for a in range(0, len(codes), BATCH):
+                self._emit(self._chunk(codes[a: a + BATCH]))
+        self.f.write(b"]}")
+        return {"slices": slices, "flows": lay.flows, "tracks": len(lay.tracks), "skipped": lay.skipped}
+
+    def _metadata(self) -> list[dict]:
+        out = []
+        for tr in self.lay.tracks:
+            if tr.json_tid is None:
+                out.append({"ph": "M", "name": "process_name", "pid": tr.json_pid, "args": {"name": tr.name}})
+                if tr.ordered:  # devices above host processes
+                    out.append({"ph": "M", "name": "process_sort_index", "pid": tr.json_pid, "args": {"sort_index": -1}})
+            else:
+                out.append({"ph": "M", "name": "thread_name", "pid": tr.json_pid, "tid": tr.json_tid, "args": {"name": tr.name}})
+                out.append({"ph": "M", "name": "thread_sort_index", "pid": tr.json_pid, "tid": tr.json_tid,
+                            "args": {"sort_index": tr.rank}})
+        return out
+
+    def _chunk(self, codes: np.ndarray) -> list[dict]:
+        """X events (and flow ends) for a chunk of BEGIN codes, built a kind at a time."""
+        kind = (codes >> 1) & 7
+        idx = codes >> 4
+        made: dict[int, Iterator] = {}
+        for k in np.unique(kind).tolist():
+            made[k] = iter(self._events(k, idx[kind == k]))
+        out: list[dict] = []
+        for k in kind.tolist():
+            out.extend(next(made[k]))
+        return out
+
+    def _events(self, k: int, b: np.ndarray) -> list[list[dict]]:
+        lay, text = self.lay, self.lay.names.text
+        rows = lay.rows[k]
+        pos = (rows.track[b] - (_UUID_BASE + 1)).tolist()  # uuids are sequential
+        start = rows.start[b]
+        ts = ((start - self.base) / 1000).tolist()
+        dur = ((rows.end[b] - start) / 1000).tolist()
+        name = [text(i) for i in rows.name[b].tolist()]
+        pid, tid = self.pid, self.tid
+        args = self._args(k, b)
+        cat = self._cats(k, b)
+        out = []
+        for j in range(len(b)):
+            p, q = pid[pos[j]], tid[pos[j]]
+            ev = {"ph": "X", "cat": cat[j], "name": name[j], "pid": p, "tid": q, "ts": ts[j], "dur": dur[j]}
+            if args[j]:
+                ev["args"] = args[j]
+            out.append([ev])
+        if k == K_LAUNCH:
+            off = lay.launch_offsets
+            for j, i in enumerate(b.tolist()):
+                if off[i + 1] > off[i]:
+                    ev = out[j][0]
+                    out[j] += [_flow("s", fid, ev) for fid in lay.launch_flows[off[i]: off[i + 1]].tolist()]
+        elif k in (K_KERNEL, K_MEMOP):
+            flows = (lay.kernel_flow if k == K_KERNEL else lay.memop_flow)[b].tolist()
+            for j, fid in enumerate(flows):
+                if fid:
+                    out[j].append(_flow("f", fid, out[j][0]))
+        return out
+
+    def _cats(self, k: int, b: np.ndarray) -> list[str]:
+        t = self.lay.trace
+        if k == K_MEMOP:
+            return np.where(t.memops.kind[b] == MEMSET, "gpu_memset", "gpu_memcpy").tolist()
+        if k == K_LAUNCH:
+            return np.where(t.launches.kind[b] == LAUNCH_DRIVER, "cuda_driver", "cuda_runtime").tolist()
+        if k == K_ANNOTATION:
+            return np.where(t.annotations.kind[b] == ANNOTATION_GPU, "gpu_user_annotation", "user_annotation").tolist()
+        return [{K_KERNEL: "kernel", K_SPAN: "layerc_span", K_CPU_OP: "cpu_op", K_MODULE: "python_function"}[k]] * len(b)
+
+    def _args(self, k: int, b: np.ndarray) -> list[dict]:
+        """Kineto's arg names, so the JSON reads back with ``read_kineto``."""
+        lay, t = self.lay, self.lay.trace
+        n = len(b)
+        if k == K_KERNEL:
+            kk = t.kernels
+            full = [lay.names.text(i) if i else None for i in lay.full[b].tolist()]
+            grid = np.stack([kk.grid_x[b], kk.grid_y[b], kk.grid_z[b]], 1).tolist()
+            block = np.stack([kk.block_x[b], kk.block_y[b], kk.block_z[b]], 1).tolist()
+            ints = {"device": kk.device[b], "stream": kk.stream[b], "registers per thread": kk.registers[b],
+                    "shared memory": lay.shared[b], "correlation": kk.correlation[b], "graph id": kk.graph_id[b],
+                    "graph node id": kk.graph_node_id[b], "External id": kk.external_id[b]}
+            if lay.layer_of is not None:
+                ints["layer"] = lay.layer_of[b]
+            out = _int_args(ints, n)
+            for a, f, g, bl in zip(out, full, grid, block):
+                if f is not None:
+                    a["full name"] = f
+                if g[0] >= 0:
+                    a["grid"] = g
+                if bl[0] >= 0:
+                    a["block"] = bl
+            return out
+        if k == K_MEMOP:
+            mm = t.memops
+            return _int_args({"device": mm.device[b], "stream": mm.stream[b], "bytes": mm.bytes[b],
+                              "correlation": mm.correlation[b], "graph node id": mm.graph_node_id[b]}, n)
+        if k == K_LAUNCH:
+            ll = t.launches
+            return _int_args({"correlation": ll.correlation[b], "External id": ll.external_id[b]}, n)
+        if k == K_CPU_OP:
+            cc = t.cpu_ops
+            out = _int_args({"External id": cc.external_id[b], "Sequence number": cc.sequence[b]}, n)
+            for a, d in zip(out, cc.input_dims[b].tolist()):
+                if d >= 0:
+                    a["Input Dims"] = t.strings.values[d]
+            return out
+        if k == K_SPAN:
+            return [{**lay.spans[i].args, "track": lay.spans[i].track} for i in b.tolist()]
+        return [{} for _ in range(n)]
+
+
+def _flow(ph: str, fid: int, at: dict) -> dict:
+    """A flow start (``s``, at a launch) or end (``f``, bound to the enclosing kernel slice)."""
+    ev = {"ph": ph, "cat": "ac2g", "name": "ac2g", "id": fid, "pid": at["pid"], "tid": at["tid"], "ts": at["ts"]}
+    if ph == "f":
+        ev["bp"] = "e"
+    return ev
+
+
+def _int_args(cols: dict[str, np.ndarray], n: int) -> list[dict]:
+    """Per row, the columns whose value is present (>= 0)."""
+    names = [name for name, col in cols.items() if (col >= 0).any()]
+    values = [cols[name].tolist() for name in names]
+    out = []
+    for j in range(n):
+        out.append({name: v[j] for name, v in zip(names, values) if v[j] >= 0})
+    return out
