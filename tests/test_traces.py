@@ -213,3 +213,21 @@ def test_replay_command(shared, tmp_path):
     assert r.returncode == 1 and "no layer 99" in r.stderr
     r = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "replay", str(shared / "data/traces/nsys/nsysai_2gpu_1s_schema3.25.sqlite")], capture_output=True, text=True)
     assert r.returncode == 1 and "--cuda-graph-trace=node" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_perfetto_command_draws_replays_and_layers(shared, tmp_path):
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    out = tmp_path / "decode.pftrace"
+    src = shared / "data/traces/torch/sglang_qwen3-8b_decode_mi300x.json.gz"
+    r = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "perfetto", str(src), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    trace = pb.Trace.FromString(out.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
+    begins: dict[str, int] = {}
+    for p in trace.packet:
+        if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            name = tracks.get(p.track_event.track_uuid, "")
+            begins[name] = begins.get(name, 0) + 1
+    assert begins["layers"] == 36 and begins["graph replays"] == 1
+    assert sum(v for k, v in begins.items() if k.startswith("stream")) >= 555

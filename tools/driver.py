@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "opt": ("layerc.tools.opt", "parse a dump, run a pass pipeline, print the IR"),
     "layer": ("layerc.tools.layer", "one decoder layer of a dump as JSON, DOT, PNG and SVG"),
     "replay": ("layerc.tools.replay", "the kernels of one CUDA-graph replay, by layer and stream, as JSON"),
+    "perfetto": ("layerc.tools.perfetto", "a trace as a Perfetto timeline (.pftrace or Chrome JSON), replays and layers as spans"),
     "gen-nsys": ("layerc.tools.gen_nsys", "generate a realistic Nsight Systems SQLite export of LLM inference"),
     "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
     "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
