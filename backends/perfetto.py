@@ -570,6 +570,15 @@ def _triple_iids(names: _Names, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> 
     return iids[inv]
 
 
+def _add_ints(da, *pairs) -> None:
+    """Integer debug annotations, for the values that are present (>= 0)."""
+    for iid, value in pairs:
+        if value >= 0:
+            d = da.add()
+            d.name_iid = iid
+            d.int_value = value
+
+
 def _check_layer_of(trace: Trace, layer_of) -> np.ndarray | None:
     if layer_of is None:
         return None
@@ -786,22 +795,7 @@ class _ProtoWriter:
         p.CopyFrom(tmpl)
         te = p.track_event
         da = te.debug_annotations
-        if corr >= 0:
-            d = da.add()
-            d.name_iid = _A_CORRELATION
-            d.int_value = corr
-        if node >= 0:
-            d = da.add()
-            d.name_iid = _A_NODE
-            d.int_value = node
-        if ext >= 0:
-            d = da.add()
-            d.name_iid = _A_EXTERNAL
-            d.int_value = ext
-        if layer >= 0:
-            d = da.add()
-            d.name_iid = _A_LAYER
-            d.int_value = layer
+        _add_ints(da, (_A_CORRELATION, corr), (_A_NODE, node), (_A_EXTERNAL, ext), (_A_LAYER, layer))
         if flow:
             te.terminating_flow_ids.append(flow)
 
@@ -822,14 +816,7 @@ class _ProtoWriter:
         name, corr, ext, flows = v
         te = self._begin(p, tr, name)
         da = te.debug_annotations
-        if corr >= 0:
-            d = da.add()
-            d.name_iid = _A_CORRELATION
-            d.int_value = corr
-        if ext >= 0:
-            d = da.add()
-            d.name_iid = _A_EXTERNAL
-            d.int_value = ext
+        _add_ints(da, (_A_CORRELATION, corr), (_A_EXTERNAL, ext))
         if flows:
             te.flow_ids.extend(flows)
 

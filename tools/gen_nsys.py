@@ -1141,15 +1141,7 @@ class _Sim:
         layer_open: tuple[int, int] | None = None
         node_events = w.rows["CUDA_GRAPH_NODE_EVENTS" if self.v >= (3, 13) else "CUDA_GRAPH_EVENTS"]
         for nd, cid in zip(g.nodes, capture_ids):
-            if layer_open and layer_open[0] != nd.layer:
-                self._nvtx(p, layer_open[1], p.h - 200, f"model.layers.{layer_open[0]}")
-                layer_open = None
-            if nd.layer is not None and layer_open is None:
-                layer_open = (nd.layer, p.h)
-                p.h += 300
-            if nd.fork or nd.join:
-                self._api(p, "cudaEventRecord_v3020", rng.randint(1500, 2500))
-                self._api(p, "cudaStreamWaitEvent_v3020", rng.randint(1500, 2500))
+            layer_open = self._before_launch(p, nd, layer_open)
             name = self._launch_api(nd)
             s, e, _ = self._api(p, name, rng.randint(2500, 5000))
             if self.node_mode:
@@ -1170,6 +1162,20 @@ class _Sim:
                 node_events.append((s, e, EC_GRAPH_NODE_CREATION, p.gtid, inst, xid, cid))
         self._nvtx(p, r0, p.h, None, registered=f"cuda_graph_capture bs={g.bs}", color=0xFF76B900)
         p.h += rng.randint(50000, 150000)
+
+    def _before_launch(self, p, nd, layer_open: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The host side of launching ``nd``: close the previous layer's NVTX range, open this
+        node's, and record/wait events where the node forks to or joins from an aux stream."""
+        if layer_open and layer_open[0] != nd.layer:
+            self._nvtx(p, layer_open[1], p.h - 200, f"model.layers.{layer_open[0]}")
+            layer_open = None
+        if nd.layer is not None and layer_open is None:
+            layer_open = (nd.layer, p.h)
+            p.h += 300
+        if nd.fork or nd.join:
+            self._api(p, "cudaEventRecord_v3020", self.rng.randint(1500, 2500))
+            self._api(p, "cudaStreamWaitEvent_v3020", self.rng.randint(1500, 2500))
+        return layer_open
 
     def _launch_api(self, nd: Node) -> str:
         if nd.kind == "memset":
@@ -1204,15 +1210,7 @@ class _Sim:
         launch_ends, corrs = [], []
         layer_open: tuple[int, int] | None = None
         for nd in nodes:
-            if layer_open and layer_open[0] != nd.layer:
-                self._nvtx(p, layer_open[1], p.h - 200, f"model.layers.{layer_open[0]}")
-                layer_open = None
-            if nd.layer is not None and layer_open is None:
-                layer_open = (nd.layer, p.h)
-                p.h += 300
-            if nd.fork or nd.join:
-                self._api(p, "cudaEventRecord_v3020", rng.randint(1500, 2500))
-                self._api(p, "cudaStreamWaitEvent_v3020", rng.randint(1500, 2500))
+            layer_open = self._before_launch(p, nd, layer_open)
             s, e, c = self._api(p, self._launch_api(nd), rng.randint(3000, 6500))
             launch_ends.append(e)
             corrs.append(c)
