@@ -1,7 +1,7 @@
 """Trace loading, layerc beside HolisticTraceAnalysis (HTA) on the same files in the same run.
 
 Each load runs in a fresh subprocess, so peak memory is that process's own high-water mark
-(``ru_maxrss``), measured after the imports (import costs are reported apart). HTA reads
+(``VmHWM``); the load's share is its growth after the imports. HTA reads
 PyTorch profiler traces only; nsys exports are timed for layerc alone, with a generated
 1,000,000-kernel export.
 """
@@ -17,12 +17,18 @@ import tempfile
 from pathlib import Path
 
 _CHILD = r"""
-import json, resource, sys, time, logging
+import json, sys, time, logging
+
+def hwm_kb():  # the process's own peak RSS (ru_maxrss would carry the forking parent's across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
 which, path = sys.argv[1], sys.argv[2]
 logging.disable(logging.WARNING)
 if which == "layerc":
     from layerc.grammar.traces import read_trace
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = hwm_kb()
     t = time.perf_counter()
     trace = read_trace(path)
     seconds = time.perf_counter() - t
@@ -30,13 +36,13 @@ if which == "layerc":
 else:
     import warnings; warnings.simplefilter("ignore")
     from hta.trace_analysis import TraceAnalysis
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = hwm_kb()
     t = time.perf_counter()
     ta = TraceAnalysis(trace_dir=path)
     df = ta.t.get_trace(0)
     seconds = time.perf_counter() - t
     kernels = int((df["cat"] == ta.t.symbol_table.sym_index.get("kernel", -1)).sum()) if "cat" in df else -1
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm_kb()
 print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "load_mb": (peak - base) / 1024, "kernels": kernels}))
 """
 
