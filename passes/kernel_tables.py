@@ -1,5 +1,18 @@
 """Kernel families as data: one TOML file per family (``passes/data/kernels/*.toml``), each a list
-of ``[[kernel]]`` entries with a ``match`` regex, a ``short`` display name and a ``type``.
+of ``[[kernel]]`` entries. An entry::
+
+    [[kernel]]
+    match = 'paged_attention_ll4mi\\w*'   # regex, searched in the full (demangled or mangled) name
+    short = "paged_attention"             # display name; may use the match's groups: 'aten_\\1'
+    type = "ATTENTION"                    # one of TYPES (default OTHER)
+    stage = "decode"                      # optional vote the name gives: "prefill" | "decode"
+    layer_start = true                    # optional: the kernel starts a decoder layer (fused norm)
+    marks = ["mha"]                       # optional: what it says of its layer: mla moe fc gdn mha
+    examples = ["paged_attention_ll4mi_QKV_mfma16_kernel<...>"]   # names it must match (tested)
+
+A file may set ``family`` (default: its stem) and ``order`` (default 50): files are tried in
+(order, name) order, so specific families (library tables, 50) win over generic ones (cross-library
+attention 60, common norms/activations 80, Triton 90, PyTorch native 95).
 
 Users add a family without touching code: a directory of such files named by
 ``LAYERC_KERNEL_TABLES`` (``os.pathsep``-separated) is read after the built-in ones, and its
@@ -11,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -19,9 +32,16 @@ from pathlib import Path
 import numpy as np
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.trace import Trace, distinct
+from layerc.ir.trace import Trace
 
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
+STAGES = ("prefill", "decode")  #: ``Classification.stage`` 0 / 1; -1 is unknown
+MARKS = ("mla", "moe", "fc", "gdn", "mha")  #: bit ``1 << i`` of ``Classification.marks``
+MARK = {m: 1 << i for i, m in enumerate(MARKS)}
+UNKNOWN_STAGE = -1
+_OTHER = TYPES.index("OTHER")
+_KEYS = {"match", "short", "type", "stage", "layer_start", "marks", "examples"}
+_GROUP_REF = re.compile(r"\\(?:g<(\w+)>|(\d+))")
 
 
 @dataclass(frozen=True)
@@ -29,62 +49,185 @@ class KernelKind:
     short: str
     type: str
     family: str
+    stage: str | None = None
+    layer_start: bool = False
+    marks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class _Entry:
     pattern: re.Pattern
     kind: KernelKind
+    examples: tuple[str, ...] = ()
+    source: str = ""  #: "file: entry N" for messages
+    templated: bool = False  #: ``short`` refers to the match's groups
+
+    @property
+    def type_index(self) -> int:
+        return TYPES.index(self.kind.type)
+
+    @property
+    def stage_index(self) -> int:
+        return STAGES.index(self.kind.stage) if self.kind.stage else UNKNOWN_STAGE
+
+    @property
+    def mark_bits(self) -> int:
+        bits = 0
+        for m in self.kind.marks:
+            bits |= MARK[m]
+        return bits
+
+
+@dataclass(frozen=True)
+class Classification:
+    """Per kernel of a trace (all arrays as long as ``trace.kernels``)."""
+
+    type: np.ndarray  #: int8 index into ``TYPES`` (OTHER when no entry matches)
+    short: np.ndarray  #: int32 string id (the entry's short, else the trace's own short name)
+    stage: np.ndarray  #: int8: -1 unknown, 0 prefill, 1 decode (the name's vote)
+    layer_start: np.ndarray  #: bool: a kernel that starts a decoder layer
+    marks: np.ndarray  #: uint8 bitmask over ``MARKS``
+    entry: np.ndarray = field(repr=False)  #: int32 index into ``KernelTable.entries``, -1 none
+
+    def has(self, mark: str) -> np.ndarray:
+        return (self.marks & MARK[mark]) != 0
+
+    def __len__(self) -> int:
+        return len(self.type)
 
 
 class KernelTable:
     def __init__(self, entries: list[_Entry]):
         self.entries = entries
+        self._memo: dict[str, tuple[int, str | None]] = {}
+        n = len(entries) + 1  # the last slot is "no entry"
+        self._type = np.array([e.type_index for e in entries] + [_OTHER], np.int8)
+        self._stage = np.array([e.stage_index for e in entries] + [UNKNOWN_STAGE], np.int8)
+        self._start = np.array([e.kind.layer_start for e in entries] + [False], bool)
+        self._marks = np.array([e.mark_bits for e in entries] + [0], np.uint8)
+        assert len(self._type) == n
+
+    def match(self, name: str) -> tuple[int, str | None]:
+        """The index of the first entry matching ``name`` (-1 none) and the short name it gives."""
+        hit = self._memo.get(name)
+        if hit is None:
+            hit = (-1, None)
+            for i, e in enumerate(self.entries):
+                m = e.pattern.search(name)
+                if m:
+                    hit = (i, m.expand(e.kind.short) if e.templated else e.kind.short)
+                    break
+            self._memo[name] = hit
+        return hit
 
     def lookup(self, name: str) -> KernelKind | None:
-        for e in self.entries:
-            if e.pattern.search(name):
-                return e.kind
-        return None
+        i, short = self.match(name)
+        if i < 0:
+            return None
+        kind = self.entries[i].kind
+        return kind if short == kind.short else KernelKind(short, kind.type, kind.family, kind.stage, kind.layer_start, kind.marks)
+
+    def classify(self, trace: Trace) -> Classification:
+        """Classify every kernel; regexes run once per distinct name, the rest is array gathers."""
+        k = trace.kernels
+        n = len(k)
+        if not n:
+            e = np.empty(0, np.int8)
+            return Classification(e, np.empty(0, np.int32), e.copy(), np.empty(0, bool), np.empty(0, np.uint8), np.empty(0, np.int32))
+        ids = k.name.astype(np.int64) + 1  # 0 is "no name"
+        names = np.flatnonzero(np.bincount(ids))
+        slot = np.zeros(int(names[-1]) + 1, np.int32)
+        slot[names] = np.arange(len(names), dtype=np.int32)
+        inverse = slot[ids]
+        first = np.empty(len(names), np.int64)  # one kernel per distinct name (for its own short)
+        first[inverse[::-1]] = np.arange(n - 1, -1, -1)
+        entry = np.empty(len(names), np.int32)
+        short = np.empty(len(names), np.int32)
+        strings = trace.strings
+        for j, name_id in enumerate(names.tolist()):
+            i, s = self.match(strings[name_id - 1] or "")
+            entry[j] = i
+            short[j] = strings.intern(s) if i >= 0 else k.short[first[j]]
+        e = entry[inverse]
+        return Classification(self._type[e], short[inverse], self._stage[e], self._start[e], self._marks[e], e)
 
     def kinds(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-        """Per kernel: the short-name string id (table, else the trace's own short name) and the
-        type index into ``TYPES`` (OTHER when no entry matches); decided once per distinct name."""
-        k = trace.kernels
-        if not len(k):
-            return np.empty(0, np.int32), np.empty(0, np.int8)
-        names = distinct(k.name)
-        slot = np.zeros(names[-1] + 1, np.int64)
-        slot[names] = np.arange(len(names))
-        inverse = slot[k.name]
-        short = np.empty(len(names), np.int32)
-        kind = np.empty(len(names), np.int8)
-        first = np.zeros(len(names), np.int64)
-        first[inverse[::-1]] = np.arange(len(k))[::-1]  # one kernel per distinct name
-        for j, name_id in enumerate(names):
-            found = self.lookup(trace.strings[int(name_id)] or "")
-            short[j] = trace.strings.intern(found.short) if found else k.short[first[j]]
-            kind[j] = TYPES.index(found.type) if found else TYPES.index("OTHER")
-        return short[inverse], kind[inverse]
+        """Per kernel: the short-name string id and the type index into ``TYPES``."""
+        c = self.classify(trace)
+        return c.short, c.type
 
 
-def _load(path: Path, text: str) -> list[_Entry]:
+def _load(path: Path, text: str) -> tuple[int, list[_Entry]]:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise LayercError(f"bad kernel table: {e}", str(path)) from None
     family = str(doc.get("family", path.stem))
-    out = []
-    for i, entry in enumerate(doc.get("kernel", [])):
-        try:
-            kind = KernelKind(str(entry["short"]), str(entry.get("type", "OTHER")).upper(), family)
-            pattern = re.compile(entry["match"])
-        except (KeyError, re.error) as e:
-            raise LayercError(f"bad kernel table entry {i + 1}: {e}", str(path)) from None
-        if kind.type not in TYPES:
-            raise LayercError(f"bad kernel table entry {i + 1}: type must be one of {', '.join(TYPES)}", str(path))
-        out.append(_Entry(pattern, kind))
-    return out
+    order = doc.get("order", 50)
+    if not isinstance(order, int):
+        raise LayercError("bad kernel table: order must be an integer", str(path))
+    kernels = doc.get("kernel", [])
+    if not isinstance(kernels, list):
+        raise LayercError("bad kernel table: 'kernel' must be an array of tables ([[kernel]])", str(path))
+    return order, [_entry(path, family, i, entry) for i, entry in enumerate(kernels)]
+
+
+def _entry(path: Path, family: str, i: int, entry: dict) -> _Entry:
+    where = f"entry {i + 1}" + (f" ({entry.get('short')})" if isinstance(entry, dict) and "short" in entry else "")
+
+    def bad(msg: str) -> LayercError:
+        return LayercError(f"bad kernel table {where}: {msg}", str(path))
+
+    if not isinstance(entry, dict):
+        raise bad("not a table")
+    unknown = set(entry) - _KEYS
+    if unknown:
+        raise bad(f"unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_KEYS))}")
+    for key in ("match", "short"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise bad(f"'{key}' must be a non-empty string")
+    try:
+        pattern = re.compile(entry["match"])
+    except re.error as e:
+        raise bad(f"match regex: {e}") from None
+    type_ = str(entry.get("type", "OTHER")).upper()
+    if type_ not in TYPES:
+        raise bad(f"type must be one of {', '.join(TYPES)}")
+    stage = entry.get("stage")
+    if stage is not None and stage not in STAGES:
+        raise bad(f"stage must be one of {', '.join(STAGES)}")
+    layer_start = entry.get("layer_start", False)
+    if not isinstance(layer_start, bool):
+        raise bad("layer_start must be true or false")
+    marks = entry.get("marks", ())
+    marks = (marks,) if isinstance(marks, str) else marks
+    if not isinstance(marks, (list, tuple)) or any(m not in MARKS for m in marks):
+        raise bad(f"marks must be one or a list of {', '.join(MARKS)}")
+    examples = entry.get("examples", [])
+    if not isinstance(examples, list) or not all(isinstance(x, str) for x in examples):
+        raise bad("examples must be a list of strings")
+    short = entry["short"]
+    refs = _GROUP_REF.findall(short)
+    for named, number in refs:
+        if (named and named not in pattern.groupindex and not named.isdigit()) or (
+            (number or named).isdigit() and int(number or named) > pattern.groups
+        ):
+            raise bad(f"short refers to group {named or number}, which match does not have")
+    kind = KernelKind(short, type_, family, stage, layer_start, tuple(marks))
+    return _Entry(pattern, kind, tuple(examples), f"{path}: {where}", bool(refs))
+
+
+def _read_dir(files) -> list[_Entry]:
+    tables = []
+    for path, text in files:
+        order, entries = _load(path, text)
+        tables.append((order, path.name, entries))
+    return [e for _, _, entries in sorted(tables, key=lambda t: (t[0], t[1])) for e in entries]
+
+
+def builtin_files() -> list[tuple[Path, str]]:
+    root = resources.files("layerc.passes").joinpath("data/kernels")
+    return [(Path(str(item)), item.read_text(encoding="utf-8")) for item in root.iterdir() if item.name.endswith(".toml")]
 
 
 @lru_cache(maxsize=4)
@@ -92,10 +235,6 @@ def kernel_table(extra: str | None = None) -> KernelTable:
     """The built-in families, after the user's (``extra`` or ``LAYERC_KERNEL_TABLES``)."""
     entries: list[_Entry] = []
     for directory in filter(None, (extra or os.environ.get("LAYERC_KERNEL_TABLES", "")).split(os.pathsep)):
-        for path in sorted(Path(directory).glob("*.toml")):
-            entries += _load(path, path.read_text(encoding="utf-8"))
-    root = resources.files("layerc.passes").joinpath("data/kernels")
-    for item in sorted(root.iterdir(), key=lambda p: p.name):
-        if item.name.endswith(".toml"):
-            entries += _load(Path(item.name), item.read_text(encoding="utf-8"))
+        entries += _read_dir((p, p.read_text(encoding="utf-8")) for p in Path(directory).glob("*.toml"))
+    entries += _read_dir(builtin_files())
     return KernelTable(entries)

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "layer": ("layerc.tools.layer", "one decoder layer of a dump as JSON, DOT, PNG and SVG"),
     "replay": ("layerc.tools.replay", "the kernels of one CUDA-graph replay, by layer and stream, as JSON"),
     "perfetto": ("layerc.tools.perfetto", "a trace as a Perfetto timeline (.pftrace or Chrome JSON), replays and layers as spans"),
+    "gen-trace": ("layerc.tools.gen_trace", "generate a realistic Kineto trace of LLM serving with layer and stage truth"),
     "gen-nsys": ("layerc.tools.gen_nsys", "generate a realistic Nsight Systems SQLite export of LLM inference"),
     "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
     "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
