@@ -1,17 +1,21 @@
-"""Which decoder layer each kernel of a trace belongs to.
+"""Which decoder layer each kernel of a trace belongs to (``detect-layers``).
 
 Strategies, best first:
 
 1. **ground truth**: ``nn.Module: *DecoderLayer_N`` / ``*Block_N`` spans (PyTorch traces with
    modules) or NVTX ranges naming ``layers.N``; a kernel is in the span that holds its launch.
-2. **motif**: a decoder stack repeats the same kernel sequence once per layer. The period is
-   read off the gaps between repeats of each kernel name (a name that runs once per layer repeats
-   every period), checked by how much of the sequence it predicts, and the layer boundary is put
-   where a norm starts the repeating unit (the norm before the attention kernels). No pattern
-   table is needed; it works with or without all-reduce, on CUDA and ROCm, in graph replays.
+2. **boundary**: the seed's rule generalized: a layer starts at a layer-start norm (a table flag)
+   that follows an all-reduce (or at any layer-start norm when the trace has no all-reduce).
+   Post-attention norms are layer-start kernels too, so this finds half layers; ``merge`` joins
+   a half without attention to the attention half before it (dual-norm models such as Grok-2).
+3. **motif**: a decoder stack repeats the same kernel sequence once per layer. The period comes
+   from the gaps between repeats of each kernel name; the layer starts at the input norm before
+   the unit's first attention kernel; every place the sequence from that norm to the attention
+   kernel recurs starts a layer. No pattern table is needed for the period, and layers of other
+   lengths (dense layers before MoE layers) are found too.
 
-The kernels are cut into passes first — each CUDA-graph replay, and each run of eagerly launched
-kernels — because layers repeat within a pass, not across passes.
+Kernels are cut into passes first (each CUDA-graph replay, each run of eager kernels) and motif
+runs split a pass again where the layers stop repeating (one forward pass ends, another begins).
 """
 
 from __future__ import annotations
@@ -23,20 +27,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layerc.ir.trace import Trace
-from layerc.passes.kernel_tables import TYPES, kernel_table
+from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 
 _LAYER_SPAN = re.compile(r"^nn\.Module: \w*?(DecoderLayer|Block|Layer)_(\d+)$")
 _NVTX_LAYER = re.compile(r"(?:^|[.\s/])(?:layers|h|blocks)[.\[_](\d+)(?:[.\]\s]|$)")
-NORM, ATTENTION = TYPES.index("NORM"), TYPES.index("ATTENTION")
+ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
+HEAVY = np.zeros(len(TYPES), bool)
+HEAVY[[ATTENTION, MOE, LINEAR, COMMUNICATION]] = True
+_BINARY_ADD = re.compile(r"(?i)(?<!OnSelf_)add")  #: ``OnSelf`` adds are tensor-scalar (the norm's eps)
+ACTIVATION = re.compile(r"(?i)act_and_mul|silu|gelu|swiglu|relu")
+STRATEGIES = ("auto", "ground-truth", "boundary", "motif")
 
 
 @dataclass
 class LayerResult:
     layer: np.ndarray  #: per kernel: the layer index within its pass, or -1
-    pass_of: np.ndarray  #: per kernel: the pass index
-    strategy: str
-    confidence: float
-    period: int | None = None
+    pass_of: np.ndarray  #: per kernel: the pass index (a replay, or one eager forward pass)
+    strategy: str  #: the strategy that decided
+    confidence: float  #: 0..1: span coverage, or how regular the found layers are
+    period: int | None = None  #: kernels per layer (motif)
     layers_per_pass: list[int] = field(default_factory=list)
 
 
@@ -73,17 +82,16 @@ def from_spans(trace: Trace) -> np.ndarray | None:
     when = np.where(have, trace.launches.start[np.where(have, launch, 0)], -1)
     tid = np.where(have, trace.launches.tid[np.where(have, launch, 0)], -1)
     layer = np.full(len(k), -1, np.int64)
-    spans.sort()
-    starts = np.array([s[0] for s in spans])
-    for i in np.nonzero(have)[0]:
-        j = np.searchsorted(starts, when[i], side="right") - 1
-        # the innermost layer span holding the launch, on the launching thread
-        while j >= 0:
-            s, e, t, n = spans[j]
-            if s <= when[i] <= e and (t == tid[i] or t < 0):
-                layer[i] = n
-                break
-            j -= 1
+    table = np.array(spans, np.int64).reshape(-1, 4)
+    for t in np.unique(table[:, 2]).tolist():
+        # per thread, the latest-starting span that still holds the launch (layer spans of one
+        # thread do not overlap, so that is the innermost)
+        own = table[table[:, 2] == t]
+        own = own[np.argsort(own[:, 0], kind="stable")]
+        sel = np.nonzero(have & ((tid == t) | (t < 0)))[0]
+        j = np.searchsorted(own[:, 0], when[sel], side="right") - 1
+        ok = (j >= 0) & (when[sel] <= own[np.maximum(j, 0), 1])
+        layer[sel[ok]] = own[j[ok], 3]
     return layer
 
 
@@ -92,16 +100,14 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
     n = len(tokens)
     if n < 2 * lo:
         return 0, 0.0
-    gaps: Counter = Counter()
-    last: dict[int, int] = {}
-    for i, t in enumerate(tokens.tolist()):
-        if t in last:
-            gaps[i - last[t]] += 1
-        last[t] = i
+    order = np.argsort(tokens, kind="stable")  # positions grouped by token, ascending
+    repeat = tokens[order][1:] == tokens[order][:-1]
+    gaps = np.bincount(np.diff(order)[repeat], minlength=n // 2 + 1)[: n // 2 + 1]
+    gaps[:lo] = 0
     best, score = 0, 0.0
-    for p, _ in gaps.most_common(12):
-        if p < lo or p > n // 2:
-            continue
+    for p in np.argsort(-gaps, kind="stable")[:32].tolist():
+        if not gaps[p]:
+            break
         s = float(np.mean(tokens[p:] == tokens[:-p]))
         if s > score + 1e-9 or abs(s - score) < 1e-9 and p < best:
             best, score = p, s
@@ -110,71 +116,280 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
         if best and best % d == 0 and best // d >= lo:
             q = best // d
             s = float(np.mean(tokens[q:] == tokens[:-q]))
-            if s >= score - 0.02:
+            if s >= score - 0.01:
                 best, score = q, s
     return best, score
 
 
-def motif_layers(tokens: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, int, float]:
-    """Layer index per position of one pass (-1 before the first and after the last layer)."""
-    n = len(tokens)
-    layer = np.full(n, -1, np.int64)
-    period, score = find_period(tokens)
+@dataclass(frozen=True)
+class _Pass:
+    """One pass's kernels in launch order, with what the strategies look at."""
+
+    token: np.ndarray  #: full-name string ids (short names merge distinct kernels)
+    short: np.ndarray  #: short-name string ids
+    kind: np.ndarray  #: type indices
+    start_flag: np.ndarray  #: layer-start norms
+    residual_add: np.ndarray  #: binary elementwise adds (a residual add ends a layer)
+    activation: np.ndarray  #: FFN activations (SiLU, GELU, act-and-mul)
+    start: np.ndarray
+    end: np.ndarray
+
+
+def _longest_match_run(match: np.ndarray) -> int:
+    """Where the longest stretch of True begins (the most regular region of the sequence)."""
+    edges = np.diff(np.r_[0, match.astype(np.int8), 0])
+    begins, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
+    return int(begins[np.argmax(ends - begins)]) if len(begins) else 0
+
+
+def _phase(p: _Pass, s: int, period: int) -> int:
+    """Offset in the unit ``[s, s + period)`` where a layer starts: the input norm before the
+    unit's first attention kernel (a layer-start norm when the tables know one; else the first
+    kernel after the heavy kernel, and its residual add, that ends the layer before)."""
+    unit = np.arange(s, s + period)
+    kind = p.kind[unit]
+    first = np.nonzero(kind == ATTENTION)[0]
+    if not len(first):
+        first = np.nonzero(kind == MOE)[0]
+    a = int(first[0]) if len(first) else 0
+    back = [(a - d) % period for d in range(1, period)]
+    if p.start_flag[unit].any():
+        # The farthest layer-start norm back before the previous layer's FFN (its activation,
+        # experts or all-reduce): q/k norms lie after the projections, a fused q_a/kv_a norm
+        # between two of them, the input norm before all of them.
+        seen_linear, found = False, None
+        for j in back:
+            if seen_linear and (kind[j] in (MOE, COMMUNICATION, ATTENTION) or p.activation[unit[j]]):
+                break
+            seen_linear |= kind[j] == LINEAR
+            if seen_linear and p.start_flag[unit[j]]:
+                found = j
+        return found if found is not None else next(j for j in back if p.start_flag[unit[j]])
+    state = 0  # 0: before the projections, 1: in them, 2: in the norm before them
+    for j in back:
+        heavy = HEAVY[kind[j]]
+        if state == 0 and kind[j] == LINEAR:
+            state = 1
+        elif state == 1 and not heavy:
+            state = 2
+        elif state == 2 and heavy:
+            after = (j + 1) % period
+            return (after + 1) % period if p.residual_add[unit[after]] else after
+    return a
+
+
+def _occurrences(token: np.ndarray, signature: np.ndarray) -> np.ndarray:
+    """Start positions of non-overlapping occurrences of ``signature`` in ``token``."""
+    m = len(signature)
+    cand = np.nonzero(token[: len(token) - m + 1] == signature[0])[0]
+    for j in range(1, m):
+        cand = cand[token[cand + j] == signature[j]]
+    keep, last = [], -m
+    for c in cand.tolist():
+        if c >= last + m:
+            keep.append(c)
+            last = c
+    return np.array(keep, np.int64)
+
+
+def _layer_starts(p: _Pass, anchor: int, period: int) -> np.ndarray:
+    """Every layer's first kernel, given one layer's. Each layer has one kernel like the unit's
+    first attention kernel; its layer starts at the kernel named like the anchor (short names:
+    template variants such as the first layer's residual-free norm count) nearest to where the
+    anchor sits before the attention kernel. Without attention, the anchor's opening run of
+    kernels is matched as is."""
+    att = np.nonzero(p.kind[anchor : anchor + period] == ATTENTION)[0]
+    if not len(att):
+        return _occurrences(p.token, p.token[anchor : anchor + min(period, 8)])
+    d = int(att[0])
+    hits = np.nonzero(p.token == p.token[anchor + d])[0]
+    same = np.nonzero(p.short == p.short[anchor])[0]
+    norm = np.nonzero((p.kind == NORM) | p.start_flag)[0]  # the first layer's norm may differ
+    slack = max(2, d // 2)
+    out = []
+    for x in hits.tolist():
+        for pool in (same, norm):
+            lo, hi = np.searchsorted(pool, [x - d - slack, x], side="left")
+            window = pool[lo:hi]
+            if len(window):
+                y = int(window[np.argmin(np.abs(window - (x - d)))])
+                if not out or y > out[-1]:
+                    out.append(y)
+                break
+    return np.array(out, np.int64)
+
+
+def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Per position of one pass: layer index within its run (-1 outside layers), run index
+    (a run is one forward pass: layers that follow each other), the period and its score."""
+    n = len(p.token)
+    layer, run = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    period, score = find_period(p.token)
     if not period or score < 0.5:
-        return layer, 0, score
-    # Where the repeating unit starts: the most regular region's first full unit.
-    match = np.r_[tokens[period:] == tokens[:-period], np.zeros(period, bool)]
-    start = int(np.argmax(match))
-    unit = kinds[start : start + period]
-    # The layer starts at the norm before the unit's first attention kernel (wrapping around).
-    att = np.nonzero(unit == ATTENTION)[0]
-    offset = 0
-    if len(att):
-        before = [j for j in range(att[0] - 1, att[0] - period, -1) if unit[j % period] == NORM]
-        offset = before[0] % period if before else int(att[0])
-    anchor = start + offset
-    while anchor - period >= 0 and _similar(tokens, anchor - period, anchor, period):
-        anchor -= period  # earlier layers that look the same (first dense layers may differ)
-    signature = tuple(tokens[anchor : anchor + min(4, period)].tolist())
-    starts = [i for i in range(n - len(signature) + 1) if tuple(tokens[i : i + len(signature)].tolist()) == signature]
+        return layer, run, 0, score
+    s = _longest_match_run(p.token[period:] == p.token[:-period])
+    anchor = s + _phase(p, s, period)
+    if anchor + period > n:
+        anchor -= period
+    starts = _layer_starts(p, anchor, period)
+    if not len(starts):
+        return layer, run, period, score
+    gaps = np.diff(starts)
+    typical = int(np.median(gaps)) if len(gaps) else period
+    new_run = np.r_[True, gaps > 1.25 * typical]
+    run_of = np.cumsum(new_run) - 1
+    ends = np.r_[starts[1:], n]
+    last = np.r_[new_run[1:], True]
+    ends[last] = np.minimum(starts[last] + typical, ends[last])
+    first_of_run = np.nonzero(new_run)[0]
+    index = np.arange(len(starts)) - first_of_run[run_of]
+    for a, b, i in zip(starts.tolist(), ends.tolist(), index.tolist()):
+        layer[a:b] = i
+    # runs split at the longest idle gap between one run's last layer and the next run's first
+    cut = [0]
+    for r in range(1, len(first_of_run)):
+        lo, hi = int(ends[first_of_run[r] - 1]), int(starts[first_of_run[r]])
+        idle = p.start[lo + 1 : hi + 1] - p.end[lo:hi] if hi > lo else np.zeros(0)
+        cut.append(lo + 1 + int(np.argmax(idle)) if len(idle) else hi)
+    run[:] = np.searchsorted(np.array(cut), np.arange(n), side="right") - 1
+    return layer, run, period, score
+
+
+def boundary_layers(p: _Pass) -> np.ndarray:
+    """Half layers of one pass: each starts at a layer-start norm that follows an all-reduce (any
+    layer-start norm when there is no all-reduce) and ends before the next."""
+    n = len(p.kind)
+    layer = np.full(n, -1, np.int64)
+    heavy = np.nonzero(HEAVY[p.kind])[0]
+    starts = []
+    comm = (p.kind == COMMUNICATION).any()
+    for i in np.nonzero(p.start_flag)[0].tolist():
+        j = np.searchsorted(heavy, i)  # the first heavy kernel after it; j - 1 the last before
+        feeds_gemm = j < len(heavy) and p.kind[heavy[j]] in (LINEAR, MOE)  # not a q/k norm
+        after_reduce = j > 0 and p.kind[heavy[j - 1]] == COMMUNICATION
+        if feeds_gemm and (after_reduce or not comm):
+            starts.append(i)
     if not starts:
-        return layer, period, score
-    lengths = np.diff(starts)
-    typical = int(np.median(lengths)) if len(lengths) else period
-    for n_layer, s in enumerate(starts):
-        end = starts[n_layer + 1] if n_layer + 1 < len(starts) else min(n, s + typical)
-        layer[s:end] = n_layer
-    return layer, period, score
+        return layer
+    starts = np.array(starts)
+    # the last half layer ends at its last heavy kernel (the lm_head and sampling are not in it)
+    tail = heavy[heavy >= starts[-1]]
+    ends = np.r_[starts[1:], _last_layer_end(p, starts[-1], tail)]
+    i = 0
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        kind = p.kind[a:b]
+        if (kind == ATTENTION).any() or (kind == MOE).any() or (kind == LINEAR).sum() >= 2:
+            layer[a:b] = i  # not the final norm before the lm_head
+            i += 1
+    return layer
 
 
-def _similar(tokens: np.ndarray, a: int, b: int, period: int) -> bool:
-    return float(np.mean(tokens[a : a + period] == tokens[b : b + period])) >= 0.6
+def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray) -> int:
+    """End of a pass's last half layer: through its last all-reduce when there are all-reduces,
+    else through its heavy kernels up to the first gap in the pattern (lm_head follows the norm)."""
+    comm = heavy[p.kind[heavy] == COMMUNICATION]
+    if len(comm):
+        return int(comm[0]) + 1
+    return int(heavy[-1]) + 1 if len(heavy) else s + 1
 
 
-def detect_layers(trace: Trace, strategy: str = "auto") -> LayerResult:
-    """Layers of every kernel, by ``strategy`` (``auto``, ``ground-truth`` or ``motif``)."""
+def merge_half_layers(layer: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Join each half layer without attention to an attention half just before it."""
+    out = layer.copy()
+    ids = [i for i in np.unique(layer).tolist() if i >= 0]
+    has_att = {i: bool((kind[layer == i] == ATTENTION).any()) for i in ids}
+    new, prev_open = -1, False
+    for i in ids:
+        if has_att[i] or not prev_open:
+            new += 1
+            prev_open = has_att[i]
+        else:
+            prev_open = False
+        out[layer == i] = new
+    return out
+
+
+def detect_layers(
+    trace: Trace, strategy: str = "auto", cls: Classification | None = None, merge: bool = True
+) -> LayerResult:
+    """Layers of every kernel by ``strategy`` (one of ``STRATEGIES``)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     k = trace.kernels
     pass_of = passes(trace)
+    replayed = np.zeros(len(k), bool)
+    for idx in trace.replays().values():
+        replayed[idx] = True
     if strategy in ("auto", "ground-truth"):
         truth = from_spans(trace)
-        if truth is not None and (truth >= 0).mean() > 0.5:
-            per = [len(set(truth[(pass_of == p) & (truth >= 0)].tolist())) for p in np.unique(pass_of)]
-            return LayerResult(truth, pass_of, "ground-truth", float((truth >= 0).mean()), None, per)
+        if truth is not None and (truth >= 0).mean() >= 0.25:  # spans around a few layers do not decide
+            return LayerResult(truth, pass_of, "ground-truth", float((truth >= 0).mean()), None, _per_pass(truth, pass_of))
         if strategy == "ground-truth":
             raise ValueError("the trace has no nn.Module or NVTX layer spans")
-    _, kinds = kernel_table().kinds(trace)
-    tokens = k.name  # full names: short names merge distinct kernels (every elementwise functor)
+    cls = cls if cls is not None else kernel_table().classify(trace)
+    elementwise = cls.type == TYPES.index("ELEMENTWISE")
+    residual_add = elementwise & short_matches(trace, cls.short, _BINARY_ADD)
+    activation = elementwise & short_matches(trace, cls.short, ACTIVATION)
     layer = np.full(len(k), -1, np.int64)
-    per, scores, periods = [], [], []
-    for p in np.unique(pass_of):
-        idx = np.nonzero(pass_of == p)[0]
-        idx = idx[np.argsort(k.start[idx], kind="stable")]
-        got, period, score = motif_layers(tokens[idx], kinds[idx])
-        layer[idx] = got
-        per.append(int(got.max()) + 1 if len(got) else 0)
-        if period:
-            scores.append(score * len(idx))
-            periods.append(period)
-    confidence = float(sum(scores) / max(len(k), 1))
-    period = Counter(periods).most_common(1)[0][0] if periods else None
-    return LayerResult(layer, pass_of, "motif", confidence, period, per)
+    new_pass = np.zeros(len(k), np.int64)
+    results = {}
+    for name in ("motif", "boundary") if strategy == "auto" else (strategy,):
+        layer_s, pass_s, scores, periods = layer.copy(), new_pass.copy(), [], []
+        base = 0
+        for idx in _by_pass(pass_of, k.start):
+            p = _Pass(k.name[idx], cls.short[idx], cls.type[idx], cls.layer_start[idx], residual_add[idx], activation[idx], k.start[idx], k.end[idx])
+            if name == "motif":
+                got, run, period, score = motif_layers(p)
+                if period:
+                    scores.append(score * len(idx))
+                    periods.append(period)
+            else:
+                got, run = boundary_layers(p), np.zeros(len(idx), np.int64)
+                if merge:
+                    got = merge_half_layers(got, p.kind)
+                scores.append(_regularity(p.token, got) * len(idx))
+            if replayed[idx].all() and (got >= 0).any():
+                # a replay is one forward pass: its tail (final norm, lm_head) goes with the last layer
+                tail = int(np.nonzero(got >= 0)[0][-1])
+                got[tail:] = got[tail]
+            layer_s[idx] = got
+            pass_s[idx] = base + run
+            base += int(run.max()) + 1 if len(run) else 1
+        confidence = float(sum(scores) / max(len(k), 1)) * float((layer_s >= 0).mean() if len(k) else 0)
+        period = Counter(periods).most_common(1)[0][0] if periods else None
+        results[name] = LayerResult(layer_s, pass_s, name, confidence, period, _per_pass(layer_s, pass_s))
+        if name == "motif" and strategy == "auto" and confidence >= 0.8:
+            break
+    return max(results.values(), key=lambda r: r.confidence)
+
+
+def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern) -> np.ndarray:
+    """Per kernel: whether its short name matches ``rx`` (tested once per distinct name)."""
+    ids, inverse = np.unique(short, return_inverse=True)
+    hit = np.array([bool(rx.search(trace.strings[int(s)] or "")) for s in ids.tolist()], bool)
+    return hit[inverse.reshape(-1)] if len(ids) else np.zeros(0, bool)
+
+
+def _regularity(token: np.ndarray, layer: np.ndarray) -> float:
+    """Share of layers whose kernel sequence is the most common one (1.0: all alike)."""
+    ids = [i for i in np.unique(layer).tolist() if i >= 0]
+    if not ids:
+        return 0.0
+    seqs = Counter(tuple(token[layer == i].tolist()) for i in ids)
+    return seqs.most_common(1)[0][1] / len(ids)
+
+
+def _by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
+    """Each pass's kernel indices in start order (one sort for all passes)."""
+    order = np.lexsort((start, pass_of))
+    cuts = np.nonzero(np.diff(pass_of[order]))[0] + 1
+    return np.split(order, cuts) if len(order) else []
+
+
+def _per_pass(layer: np.ndarray, pass_of: np.ndarray) -> list[int]:
+    """Distinct layers in each pass."""
+    n = int(pass_of.max()) + 1 if len(pass_of) else 0
+    inside = layer >= 0
+    width = int(layer.max()) + 1 if inside.any() else 1
+    pairs = np.unique(pass_of[inside] * width + layer[inside])
+    return np.bincount(pairs // width, minlength=n).tolist()

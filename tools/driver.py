@@ -18,6 +18,7 @@ from layerc.ir.diagnostics import LayercError
 COMMANDS: dict[str, tuple[str, str]] = {
     "opt": ("layerc.tools.opt", "parse a dump, run a pass pipeline, print the IR"),
     "layer": ("layerc.tools.layer", "one decoder layer of a dump as JSON, DOT, PNG and SVG"),
+    "trace": ("layerc.tools.trace", "kernels of a trace by type, stage and decoder layer; JSON, CSV and Perfetto outputs"),
     "replay": ("layerc.tools.replay", "the kernels of one CUDA-graph replay, by layer and stream, as JSON"),
     "perfetto": ("layerc.tools.perfetto", "a trace as a Perfetto timeline (.pftrace or Chrome JSON), replays and layers as spans"),
     "gen-trace": ("layerc.tools.gen_trace", "generate a realistic Kineto trace of LLM serving with layer and stage truth"),

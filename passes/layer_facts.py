@@ -1,0 +1,129 @@
+"""What each detected layer is: its type (MLA_MOE, MHA_FC, ...), stage, kernels and time.
+
+Types come from what the layer's kernels are (MLA or GDN marks, attention kernels, experts, an FFN
+activation); stages from the votes the kernels' names cast (``stage`` in the kernel tables): ties
+are UNKNOWN, a graph replay is decode, UNKNOWN layers take the stage of the layer before them (the
+first ones of a pass the stage after them), and every kernel takes its layer's stage (kernels
+outside layers, their pass's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerc.ir.trace import Trace
+from layerc.passes.kernel_tables import TYPES, Classification
+from layerc.passes.trace_layers import ACTIVATION, LayerResult, short_matches
+
+STAGES = ("prefill", "decode")  #: stage codes 0 and 1; -1 is unknown
+UNKNOWN = -1
+LAYER_TYPES = ("MLA_MOE", "MLA_FC", "MHA_MOE", "MHA_FC", "GDN_MOE", "GDN_FC", "MLA", "GDN", "ATTN", "MOE", "FC", "UNKNOWN")
+_ATTENTION, _MOE, _LINEAR = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR"))
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """One row per layer, in pass order then layer order (columnar, like the trace IR)."""
+
+    pass_index: np.ndarray
+    index: np.ndarray  #: the layer's index within its pass
+    type: list[str]
+    stage: np.ndarray  #: int8 stage code
+    kernel_count: np.ndarray
+    duration: np.ndarray  #: sum of the layer's kernel durations, ns
+    start: np.ndarray  #: first kernel start, ns
+    end: np.ndarray  #: last kernel end, ns
+    first: np.ndarray  #: kernel index of the first kernel
+    last: np.ndarray  #: kernel index of the last kernel
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def stage_name(code: int) -> str:
+    return STAGES[code] if code >= 0 else "unknown"
+
+
+def layer_type(mla: bool, gdn: bool, attention: bool, moe: bool, fc: bool) -> str:
+    """The seed's layer types, from what a layer's kernels are."""
+    att = "MLA" if mla else "GDN" if gdn else "MHA" if attention else None
+    ffn = "MOE" if moe else "FC" if fc else None
+    if att and ffn:
+        return f"{att}_{ffn}"
+    if att:
+        return "ATTN" if att == "MHA" else att
+    return ffn or "UNKNOWN"
+
+
+def layer_table(trace: Trace, cls: Classification, layers: LayerResult) -> LayerTable:
+    """The layers of ``layers`` with their type, voted stage and time (segment reductions over
+    the kernels sorted by pass, layer and start: no per-layer Python work but the type name)."""
+    k = trace.kernels
+    inside = np.nonzero(layers.layer >= 0)[0]
+    key = layers.pass_of * (int(layers.layer.max()) + 2 if len(inside) else 1) + layers.layer
+    order = inside[np.lexsort((k.start[inside], key[inside]))]
+    if not len(order):
+        e = np.zeros(0, np.int64)
+        return LayerTable(e, e, [], np.zeros(0, np.int8), e, e, e, e, e, e)
+    _, at = np.unique(key[order], return_index=True)
+    ends = np.r_[at[1:], len(order)]
+    add = lambda x: np.add.reduceat(np.asarray(x, np.int64), at)  # noqa: E731
+    anyof = lambda x: add(x) > 0  # noqa: E731
+    kind, start, end = cls.type[order], k.start[order], k.end[order]
+    attention = kind == _ATTENTION
+    # LINEAR kernels after the layer's last attention kernel: an FFN when there are two or more
+    from_end = np.r_[np.cumsum(attention[::-1])[::-1], 0]
+    after_last = (from_end[:-1] - from_end[ends][np.repeat(np.arange(len(at)), ends - at)]) == 0
+    activation = (cls.type == TYPES.index("ELEMENTWISE")) & short_matches(trace, cls.short, ACTIVATION)
+    replay = np.zeros(len(k), bool)
+    for idx in trace.replays().values():
+        replay[idx] = True
+    prefill, decode = add(cls.stage[order] == 0), add(cls.stage[order] == 1)
+    stage = np.where(prefill > decode, 0, np.where(decode > prefill, 1, UNKNOWN)).astype(np.int8)
+    stage[add(~replay[order]) == 0] = 1  # graph replay => decode
+    flags = zip(anyof(cls.has("mla")[order]), anyof(cls.has("gdn")[order]), anyof(attention),
+                anyof((kind == _MOE) | cls.has("moe")[order]), anyof(activation[order]) | (add((kind == _LINEAR) & after_last) >= 2))
+    types = [layer_type(*f) for f in flags]
+    first, last = order[at], order[ends - 1]
+    return LayerTable(
+        layers.pass_of[first].astype(np.int64), layers.layer[first].astype(np.int64), types,
+        _propagate(layers.pass_of[first], stage), ends - at, add(end - start),
+        np.minimum.reduceat(start, at).astype(np.int64), np.maximum.reduceat(end, at).astype(np.int64), first, last,
+    )
+
+
+def _propagate(pass_index: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """UNKNOWN layers take the stage before them in their pass (leading ones, the stage after)."""
+    out = stage.copy()
+    for q in np.unique(pass_index):
+        rows = np.nonzero(pass_index == q)[0]
+        known = [int(out[r]) for r in rows if out[r] != UNKNOWN]
+        last = known[0] if known else UNKNOWN
+        for r in rows:
+            if out[r] == UNKNOWN:
+                out[r] = last
+            last = out[r]
+    return out
+
+
+def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table: LayerTable) -> np.ndarray:
+    """Per kernel: its layer's stage; outside layers, the stage most of its pass's layers have
+    (or the kernel's own vote when its pass has no layers)."""
+    out = cls.stage.astype(np.int8).copy()
+    if not len(table):
+        return out
+    width = int(table.index.max()) + 1
+    lookup = np.full((int(layers.pass_of.max()) + 1) * width, UNKNOWN, np.int8)
+    lookup[table.pass_index * width + table.index] = table.stage
+    inside = layers.layer >= 0
+    out[inside] = lookup[layers.pass_of[inside] * width + layers.layer[inside]]
+    known = table.stage >= 0
+    votes = np.zeros((int(layers.pass_of.max()) + 1, len(STAGES)), np.int64)
+    np.add.at(votes, (table.pass_index[known], table.stage[known].astype(np.int64)), 1)
+    has = votes.sum(1) > 0
+    majority = np.where(has, votes.argmax(1), UNKNOWN).astype(np.int8)
+    outside = ~inside & has[layers.pass_of]
+    out[outside] = majority[layers.pass_of[outside]]
+    return out

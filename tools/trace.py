@@ -1,0 +1,301 @@
+"""``layerc trace TRACE``: kernels by type, stage and decoder layer (seed 001, automated).
+
+Classifies every kernel from the kernel tables, finds the layers (ground truth, boundary norms
+or the repeating motif, whichever the trace supports), types and stages them, and prints the
+tables an engineer reads first; ``--json``, ``--csv`` and ``--perfetto`` write the same facts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
+    p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
+    p.add_argument("--strategy", choices=("auto", "ground-truth", "boundary", "motif"), default="auto",
+                   help="how layers are found (default auto: ground truth when the trace has it, else the "
+                        "motif or boundary result with the higher confidence)")
+    p.add_argument("--split-half-layers", action="store_true", help="keep attention and FFN halves apart (boundary strategy)")
+    p.add_argument("--debug-layers", metavar="N,N,...", help="list the kernels of these layers (first pass of each stage)")
+    p.add_argument("--show-layer-terminal", action="store_true", help="one row per layer instead of one per layer kind")
+    p.add_argument("--stage", choices=("prefill", "decode", "all"), default="all", help="only kernels of this stage")
+    p.add_argument("--top-n", type=int, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
+    p.add_argument("--num-layers", type=int, metavar="N", help="the model's num_hidden_layers, to check each pass against")
+    p.add_argument("--kernel-tables", metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
+    p.add_argument("--json", metavar="FILE", help="write the totals and the layers as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write one row per layer as CSV")
+    p.add_argument("--perfetto", metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
+
+
+@dataclass
+class Analysis:
+    """Everything the outputs show, computed once."""
+
+    trace: object
+    cls: object
+    layers: object
+    table: object
+    stage: np.ndarray  #: per kernel, after layer voting
+    keep: np.ndarray  #: kernels selected by --stage
+    rows: np.ndarray  #: layers selected by --stage
+
+
+def analyze(args: argparse.Namespace) -> Analysis:
+    from layerc.grammar.traces import read_trace
+    from layerc.passes.kernel_tables import kernel_table
+    from layerc.passes.layer_facts import STAGES, kernel_stages, layer_table
+    from layerc.passes.trace_layers import detect_layers
+
+    trace = read_trace(args.trace)
+    for w in trace.warnings:
+        sys.stderr.write(f"layerc: warning: {w}\n")
+    cls = kernel_table(args.kernel_tables).classify(trace)
+    try:
+        layers = detect_layers(trace, args.strategy, cls, merge=not args.split_half_layers)
+    except ValueError as e:
+        from layerc.ir.diagnostics import LayercError
+
+        raise LayercError(str(e), trace.source) from None
+    table = layer_table(trace, cls, layers)
+    stage = kernel_stages(trace, cls, layers, table)
+    if args.stage == "all":
+        keep, rows = np.ones(len(stage), bool), np.ones(len(table), bool)
+    else:
+        code = STAGES.index(args.stage)
+        keep, rows = stage == code, table.stage == code
+    return Analysis(trace, cls, layers, table, stage, keep, rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    a = analyze(args)
+    if args.json:
+        from layerc.backends.files import write_atomic
+        import orjson
+
+        write_atomic(args.json, orjson.dumps(report(a, args), option=orjson.OPT_INDENT_2) + b"\n")
+    if args.csv:
+        write_csv(a, args.csv)
+    if args.perfetto:
+        write_perfetto(a, args.perfetto)
+    show(a, args)
+    return 0
+
+
+def _short(a: Analysis, i: int) -> str:
+    return a.trace.strings[int(a.cls.short[i])] or "?"
+
+
+def report(a: Analysis, args: argparse.Namespace) -> dict:
+    """The JSON document: totals, the decision, and one entry per layer."""
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_facts import stage_name
+
+    k, t = a.trace.kernels, a.table
+    dur = (k.end - k.start).astype(np.int64)
+    keep = a.keep
+    total = int(dur[keep].sum())
+    by = lambda codes, names: {  # noqa: E731
+        names(c): {"kernels": int(((codes == c) & keep).sum()), "time_ns": int(dur[(codes == c) & keep].sum())}
+        for c in np.unique(codes[keep]).tolist()
+    }
+    orphans = keep & (a.layers.layer < 0)
+    return {
+        "trace": args.trace,
+        "kernel_count": int(keep.sum()),
+        "total_kernel_time_ns": total,
+        "num_layers": int(a.rows.sum()),
+        "layers_per_pass": a.layers.layers_per_pass,
+        "strategy": a.layers.strategy,
+        "confidence": round(a.layers.confidence, 4),
+        "period": a.layers.period,
+        "stages": by(a.stage, stage_name),
+        "types": by(a.cls.type, lambda c: TYPES[c]),
+        "unknown_stage_pct": round(100 * float((a.stage[keep] < 0).mean()) if keep.any() else 0.0, 3),
+        "unclassified_pct": round(100 * float((a.cls.entry[keep] < 0).mean()) if keep.any() else 0.0, 3),
+        "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
+        "layers": [
+            {
+                "pass": int(t.pass_index[r]), "index": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
+                "kernel_count": int(t.kernel_count[r]), "duration_ns": int(t.duration[r]),
+                "start_ns": int(t.start[r]), "end_ns": int(t.end[r]),
+                "first_kernel": _short(a, int(t.first[r])), "last_kernel": _short(a, int(t.last[r])),
+            }
+            for r in np.nonzero(a.rows)[0].tolist()
+        ],
+    }
+
+
+def write_csv(a: Analysis, path: str) -> None:
+    import csv
+
+    from layerc.backends.files import atomic_open
+    from layerc.passes.layer_facts import stage_name
+
+    t = a.table
+    with atomic_open(path, "w") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["pass", "layer", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns", "first_kernel", "last_kernel"])
+        for r in np.nonzero(a.rows)[0].tolist():
+            w.writerow([int(t.pass_index[r]), int(t.index[r]), t.type[r], stage_name(int(t.stage[r])), int(t.kernel_count[r]),
+                        int(t.duration[r]), int(t.start[r]), int(t.end[r]), _short(a, int(t.first[r])), _short(a, int(t.last[r]))])
+
+
+def write_perfetto(a: Analysis, path: str) -> None:
+    """Passes and layers as parent spans above the kernels (layers carry type and stage)."""
+    from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
+    from layerc.passes.layer_facts import stage_name
+
+    k, t, lay = a.trace.kernels, a.table, a.layers
+    spans = []
+    for q in np.unique(lay.pass_of).tolist():
+        idx = np.nonzero(lay.pass_of == q)[0]
+        stages = t.stage[t.pass_index == q]
+        label = stage_name(int(np.bincount(stages[stages >= 0]).argmax())) if (stages >= 0).any() else "no layers"
+        spans.append(Span(f"pass {q} ({label})", int(k.start[idx].min()), int(k.end[idx].max()), "passes", int(k.device[idx[0]])))
+    for r in np.nonzero(a.rows)[0].tolist():
+        spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
+                          {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
+                           "kernels": int(t.kernel_count[r]), "pass": int(t.pass_index[r])}))
+    write = write_chrome_json if path.endswith((".json", ".json.gz")) else write_pftrace
+    write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1))
+
+
+def show(a: Analysis, args: argparse.Namespace) -> None:
+    """The terminal report (rich tables)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_facts import stage_name
+
+    con = Console(highlight=False, soft_wrap=True)
+    k, t = a.trace.kernels, a.table
+    dur = (k.end - k.start).astype(np.int64)
+    keep = a.keep
+    total = max(int(dur[keep].sum()), 1)
+    lay = a.layers
+    con.print(f"[bold]{args.trace}[/]: {int(keep.sum()):,} kernels, {total / 1e6:,.3f} ms of kernel time; "
+              f"{int(a.rows.sum())} layers by [bold]{lay.strategy}[/] (confidence {lay.confidence:.2f}"
+              + (f", period {lay.period} kernels" if lay.period else "") + ")")
+
+    def share(mask: np.ndarray) -> tuple[str, str, str]:
+        d = int(dur[mask].sum())
+        return f"{int(mask.sum()):,}", f"{d / 1e3:,.1f}", f"{100 * d / total:.1f}%"
+
+    for title, codes, name in (("stage", a.stage, stage_name), ("type", a.cls.type, lambda c: TYPES[c])):
+        tab = Table(title=f"time by {title}", title_justify="left")
+        for col in (title, "kernels", "time (µs)", "share"):
+            tab.add_column(col, justify="left" if col == title else "right")
+        values = np.unique(codes[keep]).tolist()
+        for c in sorted(values, key=lambda c: -int(dur[(codes == c) & keep].sum())):
+            tab.add_row(name(c), *share((codes == c) & keep))
+        con.print(tab)
+
+    passes = Table(title="layers per pass", title_justify="left")
+    for col in ("pass", "stage", "kind", "kernels", "layers") + (("expected",) if args.num_layers else ()):
+        passes.add_column(col, justify="right" if col in ("kernels", "layers", "expected") else "left")
+    replayed = np.zeros(len(k), bool)
+    for idx in a.trace.replays().values():
+        replayed[idx] = True
+    for q, n in enumerate(lay.layers_per_pass):
+        sel = lay.pass_of == q
+        st = t.stage[t.pass_index == q]
+        label = stage_name(int(np.bincount(st[st >= 0]).argmax())) if (st >= 0).any() else "-"
+        cells = [str(q), label, "graph replay" if replayed[sel].all() else "eager", f"{int(sel.sum()):,}", str(n)]
+        if args.num_layers:
+            cells.append("ok" if n == args.num_layers else f"[red]{args.num_layers}[/]" if n else "-")
+        passes.add_row(*cells)
+    con.print(passes)
+
+    rows = np.nonzero(a.rows)[0]
+    if args.show_layer_terminal:
+        tab = Table(title="layers", title_justify="left")
+        for col in ("pass", "layer", "type", "stage", "kernels", "time (µs)", "first kernel", "last kernel"):
+            tab.add_column(col, justify="right" if col in ("kernels", "time (µs)", "pass", "layer") else "left")
+        for r in rows.tolist():
+            tab.add_row(str(int(t.pass_index[r])), str(int(t.index[r])), t.type[r], stage_name(int(t.stage[r])),
+                        str(int(t.kernel_count[r])), f"{t.duration[r] / 1e3:,.1f}", _short(a, int(t.first[r])), _short(a, int(t.last[r])))
+    else:
+        tab = Table(title="layers by kind", title_justify="left")
+        for col in ("stage", "type", "layers", "kernels/layer", "µs/layer", "share"):
+            tab.add_column(col, justify="left" if col in ("stage", "type") else "right")
+        kinds = sorted({(int(t.stage[r]), t.type[r]) for r in rows.tolist()})
+        for s, ty in kinds:
+            sel = [r for r in rows.tolist() if int(t.stage[r]) == s and t.type[r] == ty]
+            d = float(t.duration[sel].sum())
+            tab.add_row(stage_name(s), ty, str(len(sel)), f"{float(t.kernel_count[sel].mean()):.1f}",
+                        f"{d / len(sel) / 1e3:,.1f}", f"{100 * d / total:.1f}%")
+    con.print(tab)
+
+    orphans = keep & (lay.layer < 0)
+    unknown = keep & (a.stage < 0)
+    unclassified = keep & (a.cls.entry < 0)
+    con.print(f"outside layers: {int(orphans.sum()):,} kernels ({100 * dur[orphans].sum() / total:.1f}% of time); "
+              f"unknown stage: {100 * unknown.mean() / max(keep.mean(), 1e-12):.2f}% of kernels; "
+              f"unclassified: {100 * unclassified.sum() / max(int(keep.sum()), 1):.2f}%")
+
+    if args.verbose:
+        _top(con, a, keep, dur, total, args.top_n, "top kernels")
+        if orphans.any():
+            _top(con, a, orphans, dur, total, args.top_n, "kernels outside layers")
+    if args.debug_layers:
+        _debug_layers(con, a, args.debug_layers)
+
+
+def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int, title: str) -> None:
+    from rich.table import Table
+
+    from layerc.passes.kernel_tables import TYPES
+
+    idx = np.nonzero(mask)[0]
+    short = a.cls.short[idx]
+    ids, inverse = np.unique(short, return_inverse=True)
+    time = np.bincount(inverse.reshape(-1), weights=dur[idx], minlength=len(ids))
+    count = np.bincount(inverse.reshape(-1), minlength=len(ids))
+    first = {int(s): int(i) for s, i in zip(short[::-1].tolist(), idx[::-1].tolist())}
+    tab = Table(title=title, title_justify="left")
+    for col in ("kernel", "type", "calls", "time (µs)", "share"):
+        tab.add_column(col, justify="left" if col in ("kernel", "type") else "right")
+    for j in np.argsort(-time)[:n].tolist():
+        i = first[int(ids[j])]
+        tab.add_row(a.trace.strings[int(ids[j])] or "?", TYPES[int(a.cls.type[i])], f"{int(count[j]):,}",
+                    f"{time[j] / 1e3:,.1f}", f"{100 * time[j] / total:.1f}%")
+    con.print(tab)
+
+
+def _debug_layers(con, a: Analysis, spec: str) -> None:
+    from rich.table import Table
+
+    from layerc.ir.diagnostics import LayercError
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_facts import stage_name
+
+    try:
+        wanted = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise LayercError(f"--debug-layers takes layer numbers such as 0,1,2, not {spec!r}") from None
+    k, t, lay = a.trace.kernels, a.table, a.layers
+    shown: set[tuple[int, int]] = set()
+    for r in np.nonzero(a.rows)[0].tolist():
+        key = (int(t.stage[r]), int(t.index[r]))
+        if int(t.index[r]) not in wanted or key in shown:
+            continue
+        shown.add(key)
+        idx = np.nonzero((lay.pass_of == t.pass_index[r]) & (lay.layer == t.index[r]))[0]
+        idx = idx[np.argsort(k.start[idx], kind="stable")]
+        tab = Table(title=f"layer {int(t.index[r])} of pass {int(t.pass_index[r])}: {t.type[r]}, {stage_name(int(t.stage[r]))}",
+                    title_justify="left")
+        for col in ("#", "kernel", "type", "vote", "stream", "µs"):
+            tab.add_column(col, justify="right" if col in ("#", "stream", "µs") else "left")
+        for n, i in enumerate(idx.tolist()):
+            tab.add_row(str(n), _short(a, i), TYPES[int(a.cls.type[i])], stage_name(int(a.cls.stage[i])),
+                        str(int(k.stream[i])), f"{(k.end[i] - k.start[i]) / 1e3:,.1f}")
+        con.print(tab)
+    missing = sorted(set(wanted) - {i for _, i in shown})
+    if missing:
+        sys.stderr.write(f"layerc: warning: no layer {', '.join(map(str, missing))} in the trace\n")
