@@ -235,6 +235,8 @@ def kernel_table(extra: str | None = None) -> KernelTable:
     """The built-in families, after the user's (``extra`` or ``LAYERC_KERNEL_TABLES``)."""
     entries: list[_Entry] = []
     for directory in filter(None, (extra or os.environ.get("LAYERC_KERNEL_TABLES", "")).split(os.pathsep)):
+        if not Path(directory).is_dir():
+            raise LayercError(f"kernel tables: no directory {directory}")
         entries += _read_dir((p, p.read_text(encoding="utf-8")) for p in Path(directory).glob("*.toml"))
     entries += _read_dir(builtin_files())
     return KernelTable(entries)

@@ -81,10 +81,11 @@ def parse_pipeline_text(text: str) -> list[PassSpec]:
     return run_parser(_parser(), text, "start", SOURCE, _DESCRIBE) or []
 
 
-def build_pipeline(text: str) -> list[ModulePass]:
-    """Parse ``text`` and instantiate its passes; unknown names and bad options fail here."""
+def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]] | None = None) -> list[ModulePass]:
+    """Parse ``text`` and instantiate its passes (from ``registry``, default the graph passes);
+    unknown names and bad options fail here."""
     specs = parse_pipeline_text(text)
-    known = get_all_passes()
+    known = get_all_passes() if registry is None else registry
     unknown = [s for s in specs if s.name not in known]
     if unknown:
         s = unknown[0]
@@ -95,7 +96,8 @@ def build_pipeline(text: str) -> list[ModulePass]:
     passes = []
     for s in specs:
         try:
-            passes.append(make_pass(get_pass_class(s.name), s.options))
+            cls = get_pass_class(s.name) if registry is None else known[s.name]()
+            passes.append(make_pass(cls, s.options))
         except LayercError as e:
             raise ParseError(f"{s.name}: {e.message}", SOURCE, Location(1, s.column), text) from None
     return passes

@@ -3,8 +3,7 @@
 A graph is known by ``graphId`` (nsys ≥ 3.25), else by the graph-node ids its kernels carry,
 else (PyTorch traces) by the sequence of kernel names its launches run. A replay is the kernels
 of one ``cudaGraphLaunch``/``hipGraphLaunch`` (they share its correlation id); without launch
-rows, the first execution of each graph node. Layers are cut at the last norm kernel before
-each run of attention kernels (the layer's input norm); before that, kernels join the first layer.
+rows, the first execution of each graph node. Layers are those of ``detect-layers``.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import numpy as np
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.trace import Trace
-from layerc.passes.kernel_tables import TYPES, kernel_table
 
 
 @dataclass
@@ -84,20 +82,18 @@ def pick_replay(trace: Trace, graph: int | None = None, replay: int = 0) -> Repl
     return Replay(graph, idx, len(runs), unique, "launch correlation")
 
 
-def layers_of(trace: Trace, kernels: np.ndarray) -> list[np.ndarray]:
-    """Split kernels (in start order) into decoder layers at each attention run's input norm."""
-    _, kinds = kernel_table().kinds(trace)
-    kind = kinds[kernels]
-    attention, norm = TYPES.index("ATTENTION"), TYPES.index("NORM")
-    is_att = kind == attention
-    starts = np.nonzero(is_att & ~np.r_[False, is_att[:-1]])[0]  # first kernel of each attention run
-    if len(starts) == 0:
+def layers_of(trace: Trace, kernels: np.ndarray, layer: np.ndarray | None = None) -> list[np.ndarray]:
+    """Kernels (in start order) split by decoder layer, as ``detect_layers`` finds them (pass its
+    ``layer`` column when splitting many replays); kernels before the first layer join it."""
+    if layer is None:
+        from layerc.passes.trace_layers import detect_layers
+
+        layer = detect_layers(trace).layer
+    own = layer[kernels]
+    ids = np.unique(own[own >= 0])
+    if not len(ids):
         return [kernels]
-    cuts = []
-    prev = 0
-    for s in starts:
-        norms = np.nonzero(kind[prev:s] == norm)[0]
-        cuts.append(prev + norms[-1] if len(norms) else s)
-        prev = s + 1
-    cuts[0] = 0
-    return [kernels[a:b] for a, b in zip(cuts, cuts[1:] + [len(kernels)])]
+    first = np.nonzero(own == ids[0])[0][0]
+    own = own.copy()
+    own[:first] = ids[0]
+    return [kernels[own == i] for i in ids.tolist()]

@@ -225,7 +225,7 @@ def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
     n = len(p.token)
     layer, run = np.full(n, -1, np.int64), np.zeros(n, np.int64)
     period, score = find_period(p.token)
-    if not period or score < 0.5:
+    if not period or score < 0.35:
         return layer, run, 0, score
     s = _longest_match_run(p.token[period:] == p.token[:-period])
     anchor = s + _phase(p, s, period)
@@ -236,11 +236,15 @@ def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
         return layer, run, period, score
     gaps = np.diff(starts)
     typical = int(np.median(gaps)) if len(gaps) else period
-    new_run = np.r_[True, gaps > 1.25 * typical]
+    natural = _natural_ends(p, starts)
+    # A long gap ends a run (one forward pass, then the next) unless the layer's own norms say
+    # it reaches the next start (a MoE layer after dense ones is longer, not a break).
+    reaches = (natural[:-1] >= 0) & (natural[:-1] >= starts[1:] - 2)
+    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches]
     run_of = np.cumsum(new_run) - 1
     ends = np.r_[starts[1:], n]
     last = np.r_[new_run[1:], True]
-    ends[last] = np.minimum(starts[last] + typical, ends[last])
+    ends[last] = np.minimum(np.maximum(starts[last] + typical, natural[last]), ends[last])
     first_of_run = np.nonzero(new_run)[0]
     index = np.arange(len(starts)) - first_of_run[run_of]
     for a, b, i in zip(starts.tolist(), ends.tolist(), index.tolist()):
@@ -253,6 +257,38 @@ def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
         cut.append(lo + 1 + int(np.argmax(idle)) if len(idle) else hi)
     run[:] = np.searchsorted(np.array(cut), np.arange(n), side="right") - 1
     return layer, run, period, score
+
+
+def _natural_ends(p: _Pass, starts: np.ndarray) -> np.ndarray:
+    """Per layer start, where its norms say it ends: at the second norm after its first attention
+    kernel (the first is the post-attention norm, the second the next layer's input norm or the
+    final norm); -1 where the pass has too few norms to say."""
+    n = len(p.kind)
+    att = np.nonzero(p.kind == ATTENTION)[0]
+    norms = np.nonzero((p.kind == NORM) | p.start_flag)[0]
+    out = np.full(len(starts), -1, np.int64)
+    if not len(att) or len(norms) < 2:
+        return out
+    j = np.searchsorted(att, starts)
+    has_att = j < len(att)
+    first_att = att[np.minimum(j, len(att) - 1)]
+    k = np.searchsorted(norms, first_att, side="right") + 1
+    ok = has_att & (k < len(norms))
+    out[ok] = np.minimum(norms[np.minimum(k, len(norms) - 1)][ok], n)
+    return out
+
+
+def _input_norm(p: _Pass, att: int, lo: int) -> int | None:
+    """The input norm of the layer whose first attention kernel is at ``att``: the farthest norm
+    back (not before ``lo``) past the projections and before the previous layer's FFN."""
+    seen_linear, found = False, None
+    for j in range(att - 1, lo - 1, -1):
+        if seen_linear and (p.kind[j] in (MOE, COMMUNICATION, ATTENTION) or p.activation[j]):
+            break
+        seen_linear |= p.kind[j] == LINEAR
+        if seen_linear and (p.kind[j] == NORM or p.start_flag[j]):
+            found = j
+    return found
 
 
 def boundary_layers(p: _Pass) -> np.ndarray:
@@ -269,6 +305,12 @@ def boundary_layers(p: _Pass) -> np.ndarray:
         after_reduce = j > 0 and p.kind[heavy[j - 1]] == COMMUNICATION
         if feeds_gemm and (after_reduce or not comm):
             starts.append(i)
+    # the first layer's input norm may be a plain norm (no residual yet): find it from its attention
+    att = np.nonzero(p.kind == ATTENTION)[0]
+    if len(att) and (not starts or att[0] < starts[0]):
+        first = _input_norm(p, int(att[0]), 0)
+        if first is not None:
+            starts.insert(0, first)
     if not starts:
         return layer
     starts = np.array(starts)

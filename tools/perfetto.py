@@ -20,17 +20,19 @@ def run(args: argparse.Namespace) -> int:
     from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
     from layerc.grammar.traces import read_trace
     from layerc.passes.replays import graph_replays, layers_of
+    from layerc.passes.trace_layers import detect_layers
 
     trace = read_trace(args.trace)
     for w in trace.warnings:
         sys.stderr.write(f"layerc: warning: {w}\n")
     k = trace.kernels
     spans, layer_of = [], np.full(len(k), -1, np.int64)
+    detected = detect_layers(trace).layer
     for graph, runs in graph_replays(trace).items():
         for n, idx in enumerate(runs):
             device = int(k.device[idx[0]])
             spans.append(Span(f"graph {graph} replay {n}", int(k.start[idx].min()), int(k.end[idx].max()), "graph replays", device))
-            for layer, part in enumerate(layers_of(trace, idx)):
+            for layer, part in enumerate(layers_of(trace, idx, detected)):
                 layer_of[part] = layer
                 spans.append(Span(f"layer {layer}", int(k.start[part].min()), int(k.end[part].max()), "layers", device,
                                   {"layer": layer, "kernels": len(part)}))

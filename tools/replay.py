@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     chosen = pick_replay(trace, args.graph_id, args.replay)
     short, _ = kernel_table().kinds(trace)
     k = trace.kernels
-    layers = {}
-    for n, idx in enumerate(layers_of(trace, chosen.kernels)):
+    layers, split = {}, layers_of(trace, chosen.kernels)
+    for n, idx in enumerate(split):
         if args.layer is not None and n != args.layer:
             continue
         dur = k.end[idx] - k.start[idx]
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise LayercError(f"no layer {args.layer} in the replay", trace.source)
     doc = {
         "source": args.trace, "graph_id": chosen.graph, "unique_graph_nodes": chosen.unique_nodes,
-        "num_replays": chosen.replays, "replay_from": chosen.how, "num_layers_detected": len(layers_of(trace, chosen.kernels)),
+        "num_replays": chosen.replays, "replay_from": chosen.how, "num_layers_detected": len(split),
         "layers": layers,
     }
     emit(json.dumps(doc, indent=2) + "\n", args.output)

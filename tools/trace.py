@@ -14,6 +14,23 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def _layer_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes layer numbers such as 0,1,2, not {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of 1 or more, not {text!r}")
+    return value
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
     p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
@@ -21,12 +38,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="how layers are found (default auto: ground truth when the trace has it, else the "
                         "motif or boundary result with the higher confidence)")
     p.add_argument("--split-half-layers", action="store_true", help="keep attention and FFN halves apart (boundary strategy)")
-    p.add_argument("--debug-layers", metavar="N,N,...", help="list the kernels of these layers (first pass of each stage)")
+    p.add_argument("--debug-layers", type=_layer_list, metavar="N,N,...", help="list the kernels of these layers (first pass of each stage)")
     p.add_argument("--show-layer-terminal", action="store_true", help="one row per layer instead of one per layer kind")
     p.add_argument("--stage", choices=("prefill", "decode", "all"), default="all", help="only kernels of this stage")
-    p.add_argument("--top-n", type=int, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
-    p.add_argument("--num-layers", type=int, metavar="N", help="the model's num_hidden_layers, to check each pass against")
+    p.add_argument("--top-n", type=_positive, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
+    p.add_argument("--num-layers", type=_positive, metavar="N", help="the model's num_hidden_layers, to check each pass against")
     p.add_argument("--kernel-tables", metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
+    p.add_argument("--timing", action="store_true", help="report each trace pass's time on stderr")
     p.add_argument("--json", metavar="FILE", help="write the totals and the layers as JSON")
     p.add_argument("--csv", metavar="FILE", help="write one row per layer as CSV")
     p.add_argument("--perfetto", metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
@@ -45,30 +63,36 @@ class Analysis:
     rows: np.ndarray  #: layers selected by --stage
 
 
+def trace_passes(args: argparse.Namespace) -> list:
+    """The trace-pass pipeline the flags ask for (built as objects: a tables path may hold any
+    character)."""
+    from layerc.passes.trace_passes import ClassifyKernels, DetectLayers, TypeLayers
+
+    return [ClassifyKernels(args.kernel_tables), DetectLayers(args.strategy, merge=not args.split_half_layers), TypeLayers()]
+
+
 def analyze(args: argparse.Namespace) -> Analysis:
     from layerc.grammar.traces import read_trace
-    from layerc.passes.kernel_tables import kernel_table
-    from layerc.passes.layer_facts import STAGES, kernel_stages, layer_table
-    from layerc.passes.trace_layers import detect_layers
+    from layerc.passes.base import Context
+    from layerc.passes.layer_facts import STAGES
+    from layerc.passes.pipeline import PassManager, timing_report
+    from layerc.passes.trace_passes import TraceModule
 
+    manager = PassManager(trace_passes(args))
     trace = read_trace(args.trace)
     for w in trace.warnings:
         sys.stderr.write(f"layerc: warning: {w}\n")
-    cls = kernel_table(args.kernel_tables).classify(trace)
-    try:
-        layers = detect_layers(trace, args.strategy, cls, merge=not args.split_half_layers)
-    except ValueError as e:
-        from layerc.ir.diagnostics import LayercError
-
-        raise LayercError(str(e), trace.source) from None
-    table = layer_table(trace, cls, layers)
-    stage = kernel_stages(trace, cls, layers, table)
+    module = TraceModule(trace)
+    manager.run(Context(), module)
+    if args.timing:
+        sys.stderr.write(timing_report(manager.timings))
+    table, stage = module.table, module.stage
     if args.stage == "all":
         keep, rows = np.ones(len(stage), bool), np.ones(len(table), bool)
     else:
         code = STAGES.index(args.stage)
         keep, rows = stage == code, table.stage == code
-    return Analysis(trace, cls, layers, table, stage, keep, rows)
+    return Analysis(trace, module.classification, module.layers, table, stage, keep, rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +133,7 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "kernel_count": int(keep.sum()),
         "total_kernel_time_ns": total,
         "num_layers": int(a.rows.sum()),
-        "layers_per_pass": a.layers.layers_per_pass,
+        "layers_per_pass": _layers_per_pass(a),
         "strategy": a.layers.strategy,
         "confidence": round(a.layers.confidence, 4),
         "period": a.layers.period,
@@ -128,6 +152,14 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
             for r in np.nonzero(a.rows)[0].tolist()
         ],
     }
+
+
+def _layers_per_pass(a: Analysis) -> list[int]:
+    """Layers in each pass that has a layer of the chosen stage (every pass with --stage all)."""
+    if a.rows.all():
+        return a.layers.layers_per_pass
+    passes = a.table.pass_index[a.rows]
+    return [int((passes == q).sum()) for q in np.unique(passes).tolist()]
 
 
 def write_csv(a: Analysis, path: str) -> None:
@@ -268,17 +300,13 @@ def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int
     con.print(tab)
 
 
-def _debug_layers(con, a: Analysis, spec: str) -> None:
+def _debug_layers(con, a: Analysis, spec: tuple[int, ...]) -> None:
     from rich.table import Table
 
-    from layerc.ir.diagnostics import LayercError
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
 
-    try:
-        wanted = [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise LayercError(f"--debug-layers takes layer numbers such as 0,1,2, not {spec!r}") from None
+    wanted = list(spec)
     k, t, lay = a.trace.kernels, a.table, a.layers
     shown: set[tuple[int, int]] = set()
     for r in np.nonzero(a.rows)[0].tolist():

@@ -1,0 +1,126 @@
+"""Passes over the trace IR: ``classify-kernels``, ``detect-layers``, ``merge-half-layers``,
+``type-layers``. They follow the graph passes' contract (frozen dataclass, ``name``, typed
+options, ``apply(ctx, module)``) on a ``TraceModule``, so pipelines, verification and timing
+work the same way, and another tool can run one on its own::
+
+    module = TraceModule(read_trace("trace.json.gz"))
+    for p in build_pipeline("classify-kernels,detect-layers{strategy=motif}", TRACE_PASSES):
+        p.apply(Context(), module)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from layerc.ir.diagnostics import LayercError, VerifyError
+from layerc.ir.trace import Trace
+from layerc.passes.base import Context, ModulePass
+from layerc.passes.kernel_tables import Classification, kernel_table
+from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
+from layerc.passes.trace_layers import STRATEGIES, LayerResult, detect_layers, merge_half_layers
+
+
+@dataclass
+class TraceModule:
+    """A trace and what the trace passes found about it (columns as long as the kernels)."""
+
+    trace: Trace
+    classification: Classification | None = None
+    layers: LayerResult | None = None
+    table: LayerTable | None = None
+    stage: np.ndarray | None = None  #: per kernel, after layer voting
+
+    def verify(self) -> None:
+        n = len(self.trace.kernels)
+        columns = {"classification": self.classification and self.classification.type, "stage": self.stage}
+        if self.layers is not None:
+            columns.update(layer=self.layers.layer, pass_of=self.layers.pass_of)
+            if len(self.layers.layer) and int(self.layers.layer.min()) < -1:
+                raise VerifyError("a kernel has a layer index below -1")
+        for name, column in columns.items():
+            if column is not None and len(column) != n:
+                raise VerifyError(f"{name} has {len(column)} rows for {n} kernels")
+
+    def need_classification(self) -> Classification:
+        if self.classification is None:
+            self.classification = kernel_table().classify(self.trace)
+        return self.classification
+
+    def need_layers(self, pass_name: str) -> LayerResult:
+        if self.layers is None:
+            raise LayercError(f"{pass_name} needs layers: run detect-layers before it")
+        return self.layers
+
+
+@dataclass(frozen=True)
+class ClassifyKernels(ModulePass):
+    """Type, short name, stage vote, layer-start flag and marks of every kernel, from the tables
+    (``tables``: a directory of extra TOML families, tried first)."""
+
+    name: ClassVar[str] = "classify-kernels"
+    tables: str | None = None
+
+    def apply(self, ctx: Context, module: TraceModule) -> None:
+        module.classification = kernel_table(self.tables).classify(module.trace)
+
+
+@dataclass(frozen=True)
+class DetectLayers(ModulePass):
+    """Each kernel's pass and decoder layer (see ``trace_layers``); ``merge=false`` keeps the
+    boundary strategy's half layers apart."""
+
+    name: ClassVar[str] = "detect-layers"
+    strategy: str = "auto"
+    merge: bool = True
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not '{self.strategy}'")
+
+    def apply(self, ctx: Context, module: TraceModule) -> None:
+        try:
+            module.layers = detect_layers(module.trace, self.strategy, module.need_classification(), self.merge)
+        except ValueError as e:
+            raise LayercError(str(e), module.trace.source) from None
+        module.table = module.stage = None
+
+
+@dataclass(frozen=True)
+class MergeHalfLayers(ModulePass):
+    """Join each half layer without attention to the attention half before it (dual-norm models)."""
+
+    name: ClassVar[str] = "merge-half-layers"
+
+    def apply(self, ctx: Context, module: TraceModule) -> None:
+        layers = module.need_layers(self.name)
+        kind = module.need_classification().type
+        start = module.trace.kernels.start
+        merged = layers.layer.copy()
+        for q in np.unique(layers.pass_of).tolist():
+            idx = np.nonzero(layers.pass_of == q)[0]
+            idx = idx[np.argsort(start[idx], kind="stable")]
+            merged[idx] = merge_half_layers(layers.layer[idx], kind[idx])
+        per = [len(set(merged[(layers.pass_of == q) & (merged >= 0)].tolist())) for q in np.unique(layers.pass_of).tolist()]
+        module.layers = LayerResult(merged, layers.pass_of, layers.strategy, layers.confidence, layers.period, per)
+        module.table = module.stage = None
+
+
+@dataclass(frozen=True)
+class TypeLayers(ModulePass):
+    """Each layer's type (MLA_MOE, MHA_FC, ...) and voted stage, and each kernel's stage."""
+
+    name: ClassVar[str] = "type-layers"
+
+    def apply(self, ctx: Context, module: TraceModule) -> None:
+        layers, cls = module.need_layers(self.name), module.need_classification()
+        module.table = layer_table(module.trace, cls, layers)
+        module.stage = kernel_stages(module.trace, cls, layers, module.table)
+
+
+#: name → factory of the trace passes (the graph passes are in ``registry``).
+TRACE_PASSES = {
+    cls.name: (lambda cls=cls: cls) for cls in (ClassifyKernels, DetectLayers, MergeHalfLayers, TypeLayers)
+}
