@@ -110,7 +110,7 @@ def _propagate(pass_index: np.ndarray, stage: np.ndarray) -> np.ndarray:
 
 def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table: LayerTable) -> np.ndarray:
     """Per kernel: its layer's stage; outside layers, the stage most of its pass's layers have
-    (or the kernel's own vote when its pass has no layers)."""
+    (a pass without layers: the next pass's, else the last's)."""
     out = cls.stage.astype(np.int8).copy()
     if not len(table):
         return out
@@ -124,6 +124,12 @@ def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table:
     np.add.at(votes, (table.pass_index[known], table.stage[known].astype(np.int64)), 1)
     has = votes.sum(1) > 0
     majority = np.where(has, votes.argmax(1), UNKNOWN).astype(np.int8)
-    outside = ~inside & has[layers.pass_of]
+    # a pass without layers (batch preparation, sampling) takes the stage of the pass it
+    # prepares, the next with layers; after the last one, that last one's
+    known = np.nonzero(has)[0]
+    if len(known):
+        nxt = np.minimum(np.searchsorted(known, np.arange(len(has))), len(known) - 1)
+        majority = majority[known[nxt]]
+    outside = ~inside
     out[outside] = majority[layers.pass_of[outside]]
     return out
