@@ -709,24 +709,10 @@ class _ProtoWriter:
     def _intern(self, p, names: list[np.ndarray], values: list[np.ndarray]) -> None:
         """New interned strings go in the batch's first packet (it precedes their uses)."""
         text = self.lay.names.text
-        if names:
-            ids = np.unique(np.concatenate(names))
-            done = np.frombuffer(self.name_done, np.uint8)
-            ids = ids[(ids > 0) & (done[ids] == 0)]
-            if len(ids):
-                done[ids] = 1
-                en = p.interned_data.event_names
-                for i in ids.tolist():
-                    en.add(iid=i, name=text(i))
-        if values:
-            ids = np.unique(np.concatenate(values))
-            done = np.frombuffer(self.value_done, np.uint8)
-            ids = ids[(ids > 0) & (done[ids] == 0)]
-            if len(ids):
-                done[ids] = 1
-                sv = p.interned_data.debug_annotation_string_values
-                for i in ids.tolist():
-                    sv.add(iid=i, str=text(i).encode())
+        for i in _first_uses(names, self.name_done):
+            p.interned_data.event_names.add(iid=i, name=text(i))
+        for i in _first_uses(values, self.value_done):
+            p.interned_data.debug_annotation_string_values.add(iid=i, str=text(i).encode())
 
     # per-kind BEGIN packets -----------------------------------------------------------------------
     def _prepare(self, k: int, b: np.ndarray) -> tuple[Iterator, np.ndarray | None]:
@@ -1011,3 +997,14 @@ def _int_args(cols: dict[str, np.ndarray], n: int) -> list[dict]:
     for j in range(n):
         out.append({name: v[j] for name, v in zip(names, values) if v[j] >= 0})
     return out
+
+
+def _first_uses(arrays: list[np.ndarray], done_buffer) -> list[int]:
+    """String ids in ``arrays`` not yet interned (0 is "none"), marked done in ``done_buffer``."""
+    if not arrays:
+        return []
+    ids = np.unique(np.concatenate(arrays))
+    done = np.frombuffer(done_buffer, np.uint8)
+    ids = ids[(ids > 0) & (done[ids] == 0)]
+    done[ids] = 1
+    return ids.tolist()
