@@ -145,6 +145,7 @@ SHORT = {"deepseek_v3": 8, "grok2": 12, "llama": 8, "qwen3": 12}
 # every model x vendor x tp at full depth (the boundary rule's misses are a few kernels a pass, so
 # its share is only meaningful at depth) and shortened (layers other than the model's own)
 CASES = [(m, v, tp, layers) for m in MODELS for v in ("cuda", "rocm") for tp in (1, 8) for layers in (None, SHORT[m])]
+CASES += [(m, v, 4, None) for m in ("llama", "qwen3") for v in ("cuda", "rocm")]  # the TP4 cases
 # at full depth the boundary rule puts >= 98% of the kernels in their true layer (or outside) but
 # here: it leaves the fused rms_fp8 norms and an fp8 GEMM of every layer out (~86%)
 BOUNDARY_BELOW_98 = {("deepseek_v3", "rocm", 1)}
