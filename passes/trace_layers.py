@@ -51,7 +51,8 @@ class LayerResult:
 
 def passes(trace: Trace) -> np.ndarray:
     """Per kernel, its pass: each graph replay is one; eager kernels between two replays are one
-    (they may run interleaved with a replay on other streams without splitting it)."""
+    (they may run interleaved with a replay on other streams without splitting it); on each GPU
+    apart."""
     k = trace.kernels
     out = np.full(len(k), -1, np.int64)
     replays = sorted(trace.replays().values(), key=lambda idx: k.start[idx].min())
@@ -60,7 +61,9 @@ def passes(trace: Trace) -> np.ndarray:
         out[idx] = 2 * n + 1
     eager = out < 0
     out[eager] = 2 * np.searchsorted(starts, k.start[eager], side="right")
-    _, dense = np.unique(out, return_inverse=True)
+    # each GPU runs its own copy of the model (tensor parallel ranks in one trace)
+    devices, device = np.unique(k.device, return_inverse=True)
+    _, dense = np.unique(out * len(devices) + device.reshape(-1), return_inverse=True)
     return dense.reshape(-1)
 
 
