@@ -34,7 +34,10 @@ demo: install
 	@mkdir -p $(DEMO)
 	$(VENV)/bin/layerc gen-dump deepseek_v3 $(DEMO)
 	$(VENV)/bin/layerc layer $(DEMO) 5 --timing
-	@echo "demo: layer 5 of a 61-layer DeepSeek-V3 dump, as JSON, DOT, PNG and SVG, in $(DEMO)/"
+	$(VENV)/bin/layerc gen-trace $(DEMO)/serving_trace.json.gz --model deepseek_v3 --tp 8
+	$(VENV)/bin/layerc trace $(DEMO)/serving_trace.json.gz --num-layers 61 --json $(DEMO)/serving_layers.json --perfetto $(DEMO)/serving_trace.pftrace
+	@echo "demo: layer 5 of a 61-layer DeepSeek-V3 dump, as JSON, DOT, PNG and SVG, in $(DEMO)/;"
+	@echo "      the layers of a DeepSeek-V3 TP8 serving trace (1 prefill pass, 2 decode replays) as tables, JSON and Perfetto"
 
 test: install
 	$(PY) -m pytest -q -n 2 --durations=10
