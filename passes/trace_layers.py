@@ -316,17 +316,28 @@ def boundary_layers(p: _Pass) -> np.ndarray:
             starts.insert(0, first)
     if not starts:
         return layer
-    starts = np.array(starts)
+    # a segment too thin to be a half layer (a norm and one GEMM: the norm before a fused q_a/kv_a
+    # projection and its own norm) opens the next segment instead
+    kept = [starts[0]]
+    for nxt in starts[1:] + [None]:
+        if nxt is not None and not _is_half_layer(p.kind[kept[-1] : nxt]):
+            continue  # drop the next start: the thin segment runs on into it
+        if nxt is not None:
+            kept.append(nxt)
+    starts = np.array(kept)
     # the last half layer ends at its last heavy kernel (the lm_head and sampling are not in it)
     tail = heavy[heavy >= starts[-1]]
     ends = np.r_[starts[1:], _last_layer_end(p, starts[-1], tail)]
     i = 0
     for a, b in zip(starts.tolist(), ends.tolist()):
-        kind = p.kind[a:b]
-        if (kind == ATTENTION).any() or (kind == MOE).any() or (kind == LINEAR).sum() >= 2:
+        if _is_half_layer(p.kind[a:b]):
             layer[a:b] = i  # not the final norm before the lm_head
             i += 1
     return layer
+
+
+def _is_half_layer(kind: np.ndarray) -> bool:
+    return bool((kind == ATTENTION).any() or (kind == MOE).any() or (kind == LINEAR).sum() >= 2)
 
 
 def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray) -> int:
