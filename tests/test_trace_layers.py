@@ -142,10 +142,11 @@ def test_ground_truth_without_spans_raises(real):
 # -- generated traces against their truth --------------------------------------------------------
 
 SHORT = {"deepseek_v3": 8, "grok2": 12, "llama": 8, "qwen3": 12}
-# every model x vendor x tp at full depth (the boundary rule's misses are a few kernels a pass, so
-# its share is only meaningful at depth) and shortened (layers other than the model's own)
+# every model x vendor x tp at full depth and shortened (layers other than the model's own)
 CASES = [(m, v, tp, layers) for m in MODELS for v in ("cuda", "rocm") for tp in (1, 8) for layers in (None, SHORT[m])]
 CASES += [(m, v, 4, None) for m in ("llama", "qwen3") for v in ("cuda", "rocm")]  # the TP4 cases
+
+
 def _id(case):
     model, vendor, tp, layers = case
     return f"{model}-{vendor}-tp{tp}-" + ("full" if layers is None else f"L{layers}")
