@@ -772,12 +772,7 @@ class _ProtoWriter:
                 da.add(name_iid=_ARG["grid"], string_value_iid=grid)
             if block:
                 da.add(name_iid=_ARG["block"], string_value_iid=block)
-            if regs >= 0:
-                da.add(name_iid=_ARG["registers per thread"], int_value=regs)
-            if shm >= 0:
-                da.add(name_iid=_ARG["shared memory"], int_value=shm)
-            if gid >= 0:
-                da.add(name_iid=_ARG["graph id"], int_value=gid)
+            _add_ints(da, (_ARG["registers per thread"], regs), (_ARG["shared memory"], shm), (_ARG["graph id"], gid))
         p.CopyFrom(tmpl)
         te = p.track_event
         da = te.debug_annotations
@@ -788,13 +783,7 @@ class _ProtoWriter:
     def _memop(self, p, tr, v) -> None:
         name, nbytes, corr, node, flow = v
         te = self._begin(p, tr, name)
-        da = te.debug_annotations
-        if nbytes >= 0:
-            da.add(name_iid=_ARG["bytes"], int_value=nbytes)
-        if corr >= 0:
-            da.add(name_iid=_ARG["correlation"], int_value=corr)
-        if node >= 0:
-            da.add(name_iid=_ARG["graph node id"], int_value=node)
+        _add_ints(te.debug_annotations, (_ARG["bytes"], nbytes), (_A_CORRELATION, corr), (_A_NODE, node))
         if flow:
             te.terminating_flow_ids.append(flow)
 
@@ -810,10 +799,7 @@ class _ProtoWriter:
         name, ext, seq, dims = v
         te = self._begin(p, tr, name)
         da = te.debug_annotations
-        if ext >= 0:
-            da.add(name_iid=_ARG["External id"], int_value=ext)
-        if seq >= 0:
-            da.add(name_iid=_ARG["Sequence number"], int_value=seq)
+        _add_ints(da, (_A_EXTERNAL, ext), (_ARG["Sequence number"], seq))
         if dims:
             da.add(name_iid=_ARG["Input Dims"], string_value_iid=dims)
 
