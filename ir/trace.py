@@ -269,13 +269,15 @@ class Trace:
         ids = self.strings.matching(_GRAPH_LAUNCH)
         return np.isin(self.launches.name, ids)
 
+    def replayed(self) -> np.ndarray:
+        """Per kernel: whether a graph launch ran it (a CUDA/HIP graph replay)."""
+        graph = self.launches.correlation[self.graph_launch_mask()]
+        return np.isin(self.kernels.correlation, graph[graph >= 0])
+
     def replays(self) -> dict[int, np.ndarray]:
         """Graph replays: launch correlation → indices of the kernels it ran, in start order."""
-        graph = self.launches.correlation[self.graph_launch_mask()]
-        graph = graph[graph >= 0]
         k = self.kernels
-        hit = np.isin(k.correlation, graph)
-        idx = np.nonzero(hit)[0]
+        idx = np.nonzero(self.replayed())[0]
         idx = idx[np.lexsort((k.start[idx], k.correlation[idx]))]
         corr = k.correlation[idx]
         cuts = np.nonzero(np.diff(corr))[0] + 1

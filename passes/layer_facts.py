@@ -77,9 +77,7 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult) -> Layer
     from_end = np.r_[np.cumsum(attention[::-1])[::-1], 0]
     after_last = (from_end[:-1] - from_end[ends][np.repeat(np.arange(len(at)), ends - at)]) == 0
     activation = (cls.type == TYPES.index("ELEMENTWISE")) & short_matches(trace, cls.short, ACTIVATION)
-    replay = np.zeros(len(k), bool)
-    for idx in trace.replays().values():
-        replay[idx] = True
+    replay = trace.replayed()
     prefill, decode = add(cls.stage[order] == 0), add(cls.stage[order] == 1)
     stage = np.where(prefill > decode, 0, np.where(decode > prefill, 1, UNKNOWN)).astype(np.int8)
     stage[add(~replay[order]) == 0] = 1  # graph replay => decode
@@ -108,6 +106,14 @@ def _propagate(pass_index: np.ndarray, stage: np.ndarray) -> np.ndarray:
     return out
 
 
+def pass_stages(table: LayerTable, passes: int) -> np.ndarray:
+    """Per pass: the stage most of its layers have (UNKNOWN for a pass without staged layers)."""
+    known = table.stage >= 0
+    votes = np.zeros((passes, len(STAGES)), np.int64)
+    np.add.at(votes, (table.pass_index[known], table.stage[known].astype(np.int64)), 1)
+    return np.where(votes.sum(1) > 0, votes.argmax(1), UNKNOWN).astype(np.int8)
+
+
 def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table: LayerTable) -> np.ndarray:
     """Per kernel: its layer's stage; outside layers, the stage most of its pass's layers have
     (a pass without layers: the next pass's, else the last's)."""
@@ -119,13 +125,10 @@ def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table:
     lookup[table.pass_index * width + table.index] = table.stage
     inside = layers.layer >= 0
     out[inside] = lookup[layers.pass_of[inside] * width + layers.layer[inside]]
-    known = table.stage >= 0
-    votes = np.zeros((int(layers.pass_of.max()) + 1, len(STAGES)), np.int64)
-    np.add.at(votes, (table.pass_index[known], table.stage[known].astype(np.int64)), 1)
-    has = votes.sum(1) > 0
-    majority = np.where(has, votes.argmax(1), UNKNOWN).astype(np.int8)
+    majority = pass_stages(table, int(layers.pass_of.max()) + 1)
     # a pass without layers (batch preparation, sampling) takes the stage of the pass it
     # prepares, the next with layers; after the last one, that last one's
+    has = majority >= 0
     known = np.nonzero(has)[0]
     if len(known):
         nxt = np.minimum(np.searchsorted(known, np.arange(len(has))), len(known) - 1)

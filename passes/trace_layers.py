@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable
 
 import numpy as np
 
@@ -137,6 +139,11 @@ class _Pass:
     start: np.ndarray
     end: np.ndarray
 
+    @cached_property
+    def norm_like(self) -> np.ndarray:
+        """Norm kernels and layer-start kernels."""
+        return (self.kind == NORM) | self.start_flag
+
 
 def _longest_match_run(match: np.ndarray) -> int:
     """Where the longest stretch of True begins (the most regular region of the sequence)."""
@@ -157,17 +164,8 @@ def _phase(p: _Pass, s: int, period: int) -> int:
     a = int(first[0]) if len(first) else 0
     back = [(a - d) % period for d in range(1, period)]
     if p.start_flag[unit].any():
-        # The farthest layer-start norm back before the previous layer's FFN (its activation,
-        # experts or all-reduce): q/k norms lie after the projections, a fused q_a/kv_a norm
-        # between two of them, the input norm before all of them.
-        seen_linear, found = False, None
-        for j in back:
-            if seen_linear and (kind[j] in (MOE, COMMUNICATION, ATTENTION) or p.activation[unit[j]]):
-                break
-            seen_linear |= kind[j] == LINEAR
-            if seen_linear and p.start_flag[unit[j]]:
-                found = j
-        return found if found is not None else next(j for j in back if p.start_flag[unit[j]])
+        found = _input_norm(p, (unit[j] for j in back), p.start_flag)
+        return found - s if found is not None else next(j for j in back if p.start_flag[unit[j]])
     state = 0  # 0: before the projections, 1: in them, 2: in the norm before them
     for j in back:
         heavy = HEAVY[kind[j]]
@@ -207,7 +205,7 @@ def _layer_starts(p: _Pass, anchor: int, period: int) -> np.ndarray:
     d = int(att[0])
     hits = np.nonzero(p.token == p.token[anchor + d])[0]
     same = np.nonzero(p.short == p.short[anchor])[0]
-    norm = np.nonzero((p.kind == NORM) | p.start_flag)[0]  # the first layer's norm may differ
+    norm = np.nonzero(p.norm_like)[0]  # the first layer's norm may differ
     slack = max(2, d // 2)
     out = []
     for x in hits.tolist():
@@ -268,7 +266,7 @@ def _natural_ends(p: _Pass, starts: np.ndarray) -> np.ndarray:
     final norm); -1 where the pass has too few norms to say."""
     n = len(p.kind)
     att = np.nonzero(p.kind == ATTENTION)[0]
-    norms = np.nonzero((p.kind == NORM) | p.start_flag)[0]
+    norms = np.nonzero(p.norm_like)[0]
     out = np.full(len(starts), -1, np.int64)
     if not len(att) or len(norms) < 2:
         return out
@@ -281,15 +279,17 @@ def _natural_ends(p: _Pass, starts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _input_norm(p: _Pass, att: int, lo: int) -> int | None:
-    """The input norm of the layer whose first attention kernel is at ``att``: the farthest norm
-    back (not before ``lo``) past the projections and before the previous layer's FFN."""
+def _input_norm(p: _Pass, back: Iterable[int], is_norm: np.ndarray) -> int | None:
+    """The input norm of a layer, walking ``back`` from its first attention kernel: the farthest
+    norm past the projections and before the previous layer's FFN (its activation, experts or
+    all-reduce). q/k norms lie after the projections, a fused q_a/kv_a norm between two of them,
+    the input norm before all of them."""
     seen_linear, found = False, None
-    for j in range(att - 1, lo - 1, -1):
+    for j in back:
         if seen_linear and (p.kind[j] in (MOE, COMMUNICATION, ATTENTION) or p.activation[j]):
             break
         seen_linear |= p.kind[j] == LINEAR
-        if seen_linear and (p.kind[j] == NORM or p.start_flag[j]):
+        if seen_linear and is_norm[j]:
             found = j
     return found
 
@@ -311,7 +311,7 @@ def boundary_layers(p: _Pass) -> np.ndarray:
     # the first layer's input norm may be a plain norm (no residual yet): find it from its attention
     att = np.nonzero(p.kind == ATTENTION)[0]
     if len(att) and (not starts or att[0] < starts[0]):
-        first = _input_norm(p, int(att[0]), 0)
+        first = _input_norm(p, range(int(att[0]) - 1, -1, -1), p.norm_like)
         if first is not None:
             starts.insert(0, first)
     if not starts:
@@ -373,26 +373,22 @@ def detect_layers(
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     k = trace.kernels
     pass_of = passes(trace)
-    replayed = np.zeros(len(k), bool)
-    for idx in trace.replays().values():
-        replayed[idx] = True
     if strategy in ("auto", "ground-truth"):
         truth = from_spans(trace)
         if truth is not None and (truth >= 0).mean() >= 0.25:  # spans around a few layers do not decide
-            return LayerResult(truth, pass_of, "ground-truth", float((truth >= 0).mean()), None, _per_pass(truth, pass_of))
+            return LayerResult(truth, pass_of, "ground-truth", float((truth >= 0).mean()), None, per_pass_counts(truth, pass_of))
         if strategy == "ground-truth":
             raise ValueError("the trace has no nn.Module or NVTX layer spans")
     cls = cls if cls is not None else kernel_table().classify(trace)
     elementwise = cls.type == TYPES.index("ELEMENTWISE")
     residual_add = elementwise & short_matches(trace, cls.short, _BINARY_ADD)
     activation = elementwise & short_matches(trace, cls.short, ACTIVATION)
-    layer = np.full(len(k), -1, np.int64)
-    new_pass = np.zeros(len(k), np.int64)
+    replayed = trace.replayed()
     results = {}
     for name in ("motif", "boundary") if strategy == "auto" else (strategy,):
-        layer_s, pass_s, scores, periods = layer.copy(), new_pass.copy(), [], []
+        layer_s, pass_s, scores, periods = np.full(len(k), -1, np.int64), np.zeros(len(k), np.int64), [], []
         base = 0
-        for idx in _by_pass(pass_of, k.start):
+        for idx in by_pass(pass_of, k.start):
             p = _Pass(k.name[idx], cls.short[idx], cls.type[idx], cls.layer_start[idx], residual_add[idx], activation[idx], k.start[idx], k.end[idx])
             if name == "motif":
                 got, run, period, score = motif_layers(p)
@@ -413,7 +409,7 @@ def detect_layers(
             base += int(run.max()) + 1 if len(run) else 1
         confidence = float(sum(scores) / max(len(k), 1)) * float((layer_s >= 0).mean() if len(k) else 0)
         period = Counter(periods).most_common(1)[0][0] if periods else None
-        results[name] = LayerResult(layer_s, pass_s, name, confidence, period, _per_pass(layer_s, pass_s))
+        results[name] = LayerResult(layer_s, pass_s, name, confidence, period, per_pass_counts(layer_s, pass_s))
         if name == "motif" and strategy == "auto" and confidence >= 0.8:
             break
     return max(results.values(), key=lambda r: r.confidence)
@@ -435,14 +431,14 @@ def _regularity(token: np.ndarray, layer: np.ndarray) -> float:
     return seqs.most_common(1)[0][1] / len(ids)
 
 
-def _by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
+def by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
     """Each pass's kernel indices in start order (one sort for all passes)."""
     order = np.lexsort((start, pass_of))
     cuts = np.nonzero(np.diff(pass_of[order]))[0] + 1
     return np.split(order, cuts) if len(order) else []
 
 
-def _per_pass(layer: np.ndarray, pass_of: np.ndarray) -> list[int]:
+def per_pass_counts(layer: np.ndarray, pass_of: np.ndarray) -> list[int]:
     """Distinct layers in each pass."""
     n = int(pass_of.max()) + 1 if len(pass_of) else 0
     inside = layer >= 0

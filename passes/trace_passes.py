@@ -20,7 +20,7 @@ from layerc.ir.trace import Trace
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
-from layerc.passes.trace_layers import STRATEGIES, LayerResult, detect_layers, merge_half_layers
+from layerc.passes.trace_layers import STRATEGIES, LayerResult, by_pass, detect_layers, merge_half_layers, per_pass_counts
 
 
 @dataclass
@@ -99,11 +99,9 @@ class MergeHalfLayers(ModulePass):
         kind = module.need_classification().type
         start = module.trace.kernels.start
         merged = layers.layer.copy()
-        for q in np.unique(layers.pass_of).tolist():
-            idx = np.nonzero(layers.pass_of == q)[0]
-            idx = idx[np.argsort(start[idx], kind="stable")]
+        for idx in by_pass(layers.pass_of, start):
             merged[idx] = merge_half_layers(layers.layer[idx], kind[idx])
-        per = [len(set(merged[(layers.pass_of == q) & (merged >= 0)].tolist())) for q in np.unique(layers.pass_of).tolist()]
+        per = per_pass_counts(merged, layers.pass_of)
         module.layers = LayerResult(merged, layers.pass_of, layers.strategy, layers.confidence, layers.period, per)
         module.table = module.stage = None
 

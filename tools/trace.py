@@ -61,6 +61,16 @@ class Analysis:
     stage: np.ndarray  #: per kernel, after layer voting
     keep: np.ndarray  #: kernels selected by --stage
     rows: np.ndarray  #: layers selected by --stage
+    pass_stage: np.ndarray  #: per pass, the stage most of its layers have
+
+    def pass_label(self, q: int, none: str) -> str:
+        from layerc.passes.layer_facts import stage_name
+
+        return stage_name(int(self.pass_stage[q])) if self.pass_stage[q] >= 0 else none
+
+    def pct(self, mask: np.ndarray) -> float:
+        """``mask``'s share of the selected kernels, in %."""
+        return 100 * float((mask & self.keep).sum()) / max(int(self.keep.sum()), 1)
 
 
 def trace_passes(args: argparse.Namespace) -> list:
@@ -74,7 +84,7 @@ def trace_passes(args: argparse.Namespace) -> list:
 def analyze(args: argparse.Namespace) -> Analysis:
     from layerc.grammar.traces import read_trace
     from layerc.passes.base import Context
-    from layerc.passes.layer_facts import STAGES
+    from layerc.passes.layer_facts import STAGES, pass_stages
     from layerc.passes.pipeline import PassManager, timing_report
     from layerc.passes.trace_passes import TraceModule
 
@@ -92,7 +102,8 @@ def analyze(args: argparse.Namespace) -> Analysis:
     else:
         code = STAGES.index(args.stage)
         keep, rows = stage == code, table.stage == code
-    return Analysis(trace, module.classification, module.layers, table, stage, keep, rows)
+    return Analysis(trace, module.classification, module.layers, table, stage, keep, rows,
+                    pass_stages(table, len(module.layers.layers_per_pass)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,8 +150,8 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "period": a.layers.period,
         "stages": by(a.stage, stage_name),
         "types": by(a.cls.type, lambda c: TYPES[c]),
-        "unknown_stage_pct": round(100 * float((a.stage[keep] < 0).mean()) if keep.any() else 0.0, 3),
-        "unclassified_pct": round(100 * float((a.cls.entry[keep] < 0).mean()) if keep.any() else 0.0, 3),
+        "unknown_stage_pct": round(a.pct(a.stage < 0), 3),
+        "unclassified_pct": round(a.pct(a.cls.entry < 0), 3),
         "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
         "layers": [
             {
@@ -186,9 +197,7 @@ def write_perfetto(a: Analysis, path: str) -> None:
     spans = []
     for q in np.unique(lay.pass_of).tolist():
         idx = np.nonzero(lay.pass_of == q)[0]
-        stages = t.stage[t.pass_index == q]
-        label = stage_name(int(np.bincount(stages[stages >= 0]).argmax())) if (stages >= 0).any() else "no layers"
-        spans.append(Span(f"pass {q} ({label})", int(k.start[idx].min()), int(k.end[idx].max()), "passes", int(k.device[idx[0]])))
+        spans.append(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", int(k.start[idx].min()), int(k.end[idx].max()), "passes", int(k.device[idx[0]])))
     for r in np.nonzero(a.rows)[0].tolist():
         spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
                           {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
@@ -231,14 +240,10 @@ def show(a: Analysis, args: argparse.Namespace) -> None:
     passes = Table(title="layers per pass", title_justify="left")
     for col in ("pass", "stage", "kind", "kernels", "layers") + (("expected",) if args.num_layers else ()):
         passes.add_column(col, justify="right" if col in ("kernels", "layers", "expected") else "left")
-    replayed = np.zeros(len(k), bool)
-    for idx in a.trace.replays().values():
-        replayed[idx] = True
+    replayed = a.trace.replayed()
     for q, n in enumerate(lay.layers_per_pass):
         sel = lay.pass_of == q
-        st = t.stage[t.pass_index == q]
-        label = stage_name(int(np.bincount(st[st >= 0]).argmax())) if (st >= 0).any() else "-"
-        cells = [str(q), label, "graph replay" if replayed[sel].all() else "eager", f"{int(sel.sum()):,}", str(n)]
+        cells = [str(q), a.pass_label(q, "-"), "graph replay" if replayed[sel].all() else "eager", f"{int(sel.sum()):,}", str(n)]
         if args.num_layers:
             cells.append("ok" if n == args.num_layers else f"[red]{args.num_layers}[/]" if n else "-")
         passes.add_row(*cells)
@@ -265,11 +270,8 @@ def show(a: Analysis, args: argparse.Namespace) -> None:
     con.print(tab)
 
     orphans = keep & (lay.layer < 0)
-    unknown = keep & (a.stage < 0)
-    unclassified = keep & (a.cls.entry < 0)
     con.print(f"outside layers: {int(orphans.sum()):,} kernels ({100 * dur[orphans].sum() / total:.1f}% of time); "
-              f"unknown stage: {100 * unknown.mean() / max(keep.mean(), 1e-12):.2f}% of kernels; "
-              f"unclassified: {100 * unclassified.sum() / max(int(keep.sum()), 1):.2f}%")
+              f"unknown stage: {a.pct(a.stage < 0):.2f}% of kernels; unclassified: {a.pct(a.cls.entry < 0):.2f}%")
 
     if args.verbose:
         _top(con, a, keep, dur, total, args.top_n, "top kernels")
