@@ -78,7 +78,7 @@ class _Event(msgspec.Struct, gc=False):
 _events = msgspec.json.Decoder(list[_Event])
 _meta = msgspec.json.Decoder(dict)
 
-CHUNK = 1 << 20
+CHUNK = 1 << 18
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
 _RUNTIME_CATS = {"cuda_runtime": LAUNCH_RUNTIME, "cuda_driver": LAUNCH_DRIVER, "runtime": LAUNCH_RUNTIME}
@@ -115,9 +115,9 @@ def read_kineto(path: str | Path, kinds=KINDS, chunk: int = CHUNK) -> Trace:
 
 
 # -- chunking ----------------------------------------------------------------------------------
-def _byte_stream(path: Path, size: int = 1 << 15) -> Iterator[bytes]:
-    """The file's bytes, gunzipped on the fly when it is gzip. (Reads are small: a compressed
-    block inflates about twentyfold, and memory should stay near one chunk.)"""
+def _byte_stream(path: Path, size: int = 1 << 15, out: int = 1 << 16) -> Iterator[bytes]:
+    """The file's bytes, gunzipped on the fly when it is gzip, in pieces of at most ``out``
+    bytes (a compressed block inflates about twentyfold: memory should stay near one chunk)."""
     try:
         f = path.open("rb")
     except OSError as e:
@@ -132,15 +132,12 @@ def _byte_stream(path: Path, size: int = 1 << 15) -> Iterator[bytes]:
         z = zlib.decompressobj(wbits=31)
         try:
             while block := f.read(size):
-                out = z.decompress(block)
-                if out:
-                    yield out
-                while z.eof and z.unused_data:  # concatenated gzip members
-                    rest = z.unused_data
-                    z = zlib.decompressobj(wbits=31)
-                    out = z.decompress(rest)
-                    if out:
-                        yield out
+                while block:
+                    yield z.decompress(block, out)
+                    block = z.unconsumed_tail
+                    if z.eof and z.unused_data:  # concatenated gzip members
+                        block = z.unused_data
+                        z = zlib.decompressobj(wbits=31)
             yield z.flush()
         except zlib.error as e:
             raise ParseError(f"corrupt gzip data: {e}", str(path)) from None
@@ -290,8 +287,7 @@ class _Rows:
     def add(self, events: list[_Event]) -> None:
         buckets: dict[str, list] = {}
         rows: dict[str, list] = {}
-        flow_cats = _FLOW_CATS
-        self.flows += sum(1 for e in events if e.ph != "X" and e.cat in flow_cats)
+        flow_cats, flows = _FLOW_CATS, 0
         for i, e in enumerate(events):
             if e.ph == "X":
                 try:
@@ -300,6 +296,9 @@ class _Rows:
                 except KeyError:
                     buckets[e.cat] = [e]
                     rows[e.cat] = [i]
+            elif e.cat in flow_cats:
+                flows += 1
+        self.flows += flows
         base = self.row
         self.row += len(events)
         kinds = self.kinds

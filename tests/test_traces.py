@@ -103,6 +103,18 @@ def test_chunked_decoding_equals_whole_file(shared):
             assert (a.strings.lookup(a.kernels.name) == b.strings.lookup(b.kernels.name)).all()
 
 
+def test_concatenated_gzip_members_read_as_one_stream(shared, tmp_path):
+    """``cat a.gz b.gz`` is a valid gzip file; a member boundary may fall inside an event."""
+    src = shared / "data/traces/torch/sglang_qwen3-8b_extend_mi300x.json.gz"
+    doc = gzip.decompress(src.read_bytes())
+    cuts = [0, len(doc) // 3 + 7, 2 * len(doc) // 3 + 11, len(doc)]
+    p = tmp_path / "members.json.gz"
+    p.write_bytes(b"".join(gzip.compress(doc[a:b]) for a, b in zip(cuts, cuts[1:])))
+    a, b = read_kineto(src), read_kineto(p, chunk=50_000)
+    assert a.summary() == b.summary() and len(b.kernels) == 527
+    assert (a.kernels.start == b.kernels.start).all()
+
+
 def test_kinds_not_asked_for_are_skipped(shared):
     t = read_kineto(shared / "data/traces/torch/hf_qwen1.5-0.5b_h100.json.gz", kinds={"kernels"})
     assert len(t.kernels) == 1465 and len(t.cpu_ops) == 0 and len(t.modules) == 0
