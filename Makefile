@@ -33,10 +33,11 @@ graphviz:
 demo: install
 	@mkdir -p $(DEMO)
 	$(VENV)/bin/layerc gen-dump deepseek_v3 $(DEMO)
-	$(VENV)/bin/layerc layer $(DEMO) 5 --timing
+	$(VENV)/bin/layerc gen-kernels $(DEMO) -o $(DEMO)/decode_replay.json.gz
+	$(VENV)/bin/layerc layer $(DEMO) 5 --trace $(DEMO)/decode_replay.json.gz --timing
 	$(VENV)/bin/layerc gen-trace $(DEMO)/serving_trace.json.gz --model deepseek_v3 --tp 8
 	$(VENV)/bin/layerc trace $(DEMO)/serving_trace.json.gz --num-layers 61 --json $(DEMO)/serving_layers.json --perfetto $(DEMO)/serving_trace.pftrace
-	@echo "demo: layer 5 of a 61-layer DeepSeek-V3 dump, as JSON, DOT, PNG and SVG, in $(DEMO)/;"
+	@echo "demo: layer 5 of a 61-layer DeepSeek-V3 dump, as JSON, DOT, PNG and SVG, with the kernels of a decode replay bound to its nodes, in $(DEMO)/;"
 	@echo "      the layers of a DeepSeek-V3 TP8 serving trace (1 prefill pass, 2 decode replays) as tables, JSON and Perfetto"
 
 test: install

@@ -43,6 +43,7 @@ def layer_document(graph: Graph, source_file: str | None) -> dict:
     summary = graph.meta.get("trace_summary")
     if summary:
         doc["trace_summary"] = summary
+        doc["trace_unbound"] = graph.meta.get("trace_unbound", {"kernels": [], "nodes": []})
     return doc
 
 

@@ -162,7 +162,7 @@ def infer_groups(nodes: list[Node]) -> None:
     _attention_branches(members, group, sub)
     _ffn_subgroups(members, group, sub)
     _mixer_subgroups(members, group, sub, mixer)
-    aux = _aux_regions(members, inside)
+    aux = aux_regions(members, inside)
     for n in members:
         n.meta["group"] = group[n]
         if n in sub:
@@ -334,7 +334,7 @@ def _reach(starts: list[Node], direction: str, within: set) -> set[Node]:
     return seen
 
 
-def _aux_regions(members: list[Node], inside: set) -> dict[Node, str]:
+def aux_regions(members: list[Node], inside: set) -> dict[Node, str]:
     """Ops on the auxiliary CUDA stream: after a begin marker, up to the end markers it reaches
     before any other region begins."""
     region: dict[Node, str] = {}

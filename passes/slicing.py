@@ -304,7 +304,8 @@ def extract_layer(graph: Graph, layer: int) -> Graph:
     members = [n for n in graph.nodes if n.kind == OP and n.meta.get("layer") == layer]
     inside = set(members)
     out = Graph(graph.name)
-    out.meta.update(layer=layer, source_graph=graph.name)
+    # sliced_from: the whole graph, for passes that need the program around the layer (bind-kernels)
+    out.meta.update(layer=layer, source_graph=graph.name, sliced_from=graph, num_layers=len(graph.meta.get("layers", ())))
     mapping: dict[Value, Value] = {}
     for n in members:
         for v in n.inputs:

@@ -286,11 +286,11 @@ def _input_norm(p: _Pass, back: Iterable[int], is_norm: np.ndarray) -> int | Non
     the input norm before all of them."""
     seen_linear, found = False, None
     for j in back:
+        if seen_linear and is_norm[j]:
+            found = j  # an all-reduce fused with the residual add and the norm is one too
         if seen_linear and (p.kind[j] in (MOE, COMMUNICATION, ATTENTION) or p.activation[j]):
             break
         seen_linear |= p.kind[j] == LINEAR
-        if seen_linear and is_norm[j]:
-            found = j
     return found
 
 

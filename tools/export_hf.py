@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from layerc.backends.files import atomic_open, write_atomic
+from layerc.backends.files import atomic_open, atomic_path, write_atomic
 from layerc.ir.diagnostics import LayercError
 
 DUMP_FILENAME = "001_export_export_to_gm.txt"
@@ -584,6 +584,62 @@ def export(
         "num_nodes": len(gm.graph.nodes),
         "export_seconds": round(seconds, 3),
     }
+
+
+PROFILE_FILENAME = "profile.json"
+NODE_MODULES_FILENAME = "node_modules.json"
+
+
+def _input_ids(model):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(0, model.config.vocab_size, (BATCH, SEQ_LEN), generator=gen)
+
+
+def profile_model(model, path: str | Path, *, annotate_modules: bool = True) -> None:
+    """Run ``model`` once on the export's inputs under torch.profiler (CPU, shapes and module
+    spans recorded) and write the Kineto trace to ``path``. ``annotate_modules`` wraps every
+    module call in a ``record_function`` named by its qualified name (``module: model.layers.0.mlp``):
+    the truth that kernel binding is checked against."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    handles, open_ranges = [], []
+    if annotate_modules:
+        for qual, mod in model.named_modules():
+            def pre(_m, _a, qual=qual):
+                r = record_function(f"module: {qual or '(root)'}")
+                r.__enter__()
+                open_ranges.append(r)
+
+            def post(_m, _a, _o):
+                open_ranges.pop().__exit__(None, None, None)
+
+            handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+    ids = _input_ids(model)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if next(model.parameters()).is_cuda else [])
+    try:
+        with torch.no_grad():
+            model(input_ids=ids.to(next(model.parameters()).device))  # warm-up: lazy inits stay out of the profile
+            with profile(activities=activities, record_shapes=True, with_stack=True, with_modules=True) as prof:
+                model(input_ids=ids.to(next(model.parameters()).device))
+    finally:
+        for h in handles:
+            h.remove()
+    with atomic_path(path) as tmp:
+        prof.export_chrome_trace(str(tmp))
+
+
+def node_modules(gm) -> dict[str, str]:
+    """Node name → the qualified name of the innermost module that ran it (``nn_module_stack``)."""
+    out = {}
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path = list(stack.values())[-1][0]
+            out[node.name] = normalize_module_path(path) or "(root)"
+    return out
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

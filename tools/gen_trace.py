@@ -348,18 +348,7 @@ class _Writer:
         first_row = len(self.kernels)
         graph_corr = None
         if not prefill:  # one graph launch for the whole pass
-            graph_corr = self.next_corr()
-            ext = self.next_ext()
-            launch = self.cpu + self.ns(8)
-            self.events.append({"ph": "X", "cat": "cpu_op", "name": "CUDAGraph::replay" if self.vendor == "cuda" else "HIPGraph::replay",
-                                "pid": self.pid, "tid": self.pid, "ts": self.cpu / 1000, "dur": 40.0,
-                                "args": {"External id": ext, "Record function id": 0, "Ev Idx": ext}})
-            self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch" if self.vendor == "cuda" else "hipGraphLaunch",
-                                "pid": self.pid, "tid": self.pid, "ts": launch / 1000, "dur": 25.0,
-                                "args": {"External id": ext, ("cbid" if self.vendor == "cuda" else "cid"): 311 if self.vendor == "cuda" else 215,
-                                         "correlation": graph_corr}})
-            self.gpu = max(self.gpu, launch + self.ns(6))
-            self.fork = self.gpu
+            graph_corr = self.graph_launch()
         else:  # the host-to-device copy of the batch's inputs
             self.memcpy(tokens)
         layer_cpu: dict[int, list[int]] = {}
@@ -417,6 +406,22 @@ class _Writer:
         return {"index": index, "stage": stage, "tokens": tokens, "kernels": len(self.kernels) - first_row,
                 "layers": len(kinds), "graph_correlation": graph_corr,
                 "start": self.kernels[first_row]["start"], "end": end}
+
+    def graph_launch(self) -> int:
+        """A ``CUDAGraph::replay`` op and its ``cudaGraphLaunch``; the launch's correlation, which
+        every kernel of the replay shares."""
+        corr, ext = self.next_corr(), self.next_ext()
+        launch = self.cpu + self.ns(8)
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": "CUDAGraph::replay" if self.vendor == "cuda" else "HIPGraph::replay",
+                            "pid": self.pid, "tid": self.pid, "ts": self.cpu / 1000, "dur": 40.0,
+                            "args": {"External id": ext, "Record function id": 0, "Ev Idx": ext}})
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch" if self.vendor == "cuda" else "hipGraphLaunch",
+                            "pid": self.pid, "tid": self.pid, "ts": launch / 1000, "dur": 25.0,
+                            "args": {"External id": ext, ("cbid" if self.vendor == "cuda" else "cid"): 311 if self.vendor == "cuda" else 215,
+                                     "correlation": corr}})
+        self.gpu = max(self.gpu, launch + self.ns(6))
+        self.fork = self.gpu
+        return corr
 
     def launch_event(self, name: str, ts: int, dur: int, corr: int, ext: int) -> dict:
         cat = "cuda_runtime"

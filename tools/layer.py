@@ -1,7 +1,7 @@
 """``layerc layer DUMP N``: one decoder layer of a dump, as JSON, DOT, PNG and SVG.
 
 The pipeline is ``tag-weights → slice-layer{layer=N} → infer-groups`` on the dump's main graph
-(``--section`` to choose another); outputs are ``<dump_stem>_layer<N>.<ext>`` beside the dump or
+(``--section`` to choose another), then ``bind-kernels`` with ``--trace``; outputs are ``<dump_stem>_layer<N>.<ext>`` beside the dump or
 in ``-o OUTDIR``. Everything is computed before anything is written, and each file is written
 atomically, so an error leaves no partial output.
 """
@@ -26,6 +26,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--section", metavar="NAME", help="GraphModule section (default: monolithic.model, else the largest)")
     p.add_argument("--syntax", choices=("auto", "ad", "fx"), default="auto", help="input syntax (default: detect)")
     p.add_argument("--pattern", default="", metavar="REGEX", help="layer number in weight names (default: layers_N_, h_N_, blocks_N_)")
+    p.add_argument("--trace", metavar="FILE", help="bind the kernels of this trace (nsys, Kineto; or a PyTorch profile of the exported model) to the layer's nodes")
+    p.add_argument("--phase", choices=("auto", "decode", "prefill"), default="auto",
+                   help="with --trace: a CUDA-graph replay (decode) or an eager pass (prefill) (default: decode when the trace has replays)")
+    p.add_argument("--replay", type=int, default=0, metavar="K", help="with --trace: which replay or eager pass (default 0)")
+    p.add_argument("--match", choices=("auto", "kernels", "ops"), default="auto",
+                   help="with --trace: bind GPU kernels by signature, or profiled aten ops by name and shape (default: decide from the trace)")
     p.add_argument("--timing", action="store_true", help="print how long each step took, to stderr")
     p.set_defaults(usage_error=p.error)
 
@@ -58,7 +64,13 @@ def run(args: argparse.Namespace) -> int:
     if not outdir.is_dir():
         raise LayercError(f"output directory {outdir} does not exist", str(outdir))
 
+    if args.replay < 0:
+        args.usage_error("--replay must be 0 or more")
     passes = [SelectGraph(section=args.section or ""), TagWeights(pattern=args.pattern), SliceLayer(layer=args.layer), InferGroups()]
+    if args.trace:
+        from layerc.passes.bind_kernels import BindKernels
+
+        passes.append(BindKernels(trace=args.trace, phase=args.phase, replay=args.replay, match=args.match))
     pm = PassManager(passes)
     pm.run(Context(), module)
     phases.extend(pm.timings)

@@ -1,0 +1,450 @@
+"""``bind-kernels``: put the kernels that really ran onto the graph nodes of a layer (seed 000,
+Phases 5–6, which a person does today by reading a kernel list beside a graph).
+
+Two kinds of trace, chosen by ``match`` (``auto`` decides from the trace):
+
+``kernels``
+    A GPU trace of the deployed model (nsys or Kineto, usually CUDA-graph replays). The layer's
+    kernels come from one replay (``phase=decode``) or one eager pass (``prefill``), cut into
+    layers by ``detect-layers``. Nodes are matched with the op → kernel signature table
+    (``data/bindings.toml``) by ``binding.align_many``: order kept, several kernels per node,
+    the main stream against the main graph and the other streams against the aux-stream regions.
+``ops``
+    A PyTorch profile (CPU or GPU) of the model the graph was exported from: each outermost
+    ``aten::*`` op is paired with the ``aten.*`` node it became (``binding.align_one``; name,
+    then ``Input Dims`` against the node's input shapes, order kept). A node's kernels are those
+    its op launched; on a CPU profile the op itself and the ops nested in it are listed, and only
+    the outermost one counts towards time.
+
+Every bound event carries ``confidence`` and ``evidence``; what stays unbound (kernels, and nodes
+that should have launched something) is listed in ``graph.meta["trace_unbound"]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import orjson
+
+from layerc.ir.diagnostics import LayercError
+from layerc.ir.graph import OP, Graph, Module, Node, Value
+from layerc.ir.targets import op_name, op_namespace
+from layerc.ir.trace import Trace
+from layerc.ir.types import TensorType
+from layerc.passes.base import Context, ModulePass
+from layerc.passes.binding import NO, SignatureTable, align_many, align_one, signature_table
+
+PHASES = ("auto", "decode", "prefill")
+MATCHES = ("auto", "kernels", "ops")
+
+#: scores of the kernel alignment: a name that the op's signature names, a kernel type it may
+#: launch, anything (for ops the table does not know), and what a node earns for its first kernel.
+SIGNATURE, TYPE, ORDER, FIRST = 3.0, 1.0, 0.25, 2.0
+CONFIDENCE = {"signature": 0.9, "type": 0.6, "order": 0.3, "name+shape": 0.95, "name": 0.75}
+
+
+@dataclass(frozen=True)
+class BindKernels(ModulePass):
+    """Bind a trace's kernels (or profiled aten ops) to the nodes of the module's first graph.
+
+    ``trace``: the trace file (or ``ctx.inputs["trace"]``, a loaded ``Trace``); ``phase``: which
+    pass of the trace; ``layer``: the trace layer (default: the layer ``slice-layer`` cut);
+    ``replay``: which replay (decode) or eager pass (prefill); ``table``: another signature table.
+    """
+
+    name: ClassVar[str] = "bind-kernels"
+    trace: str = ""
+    phase: str = "auto"
+    layer: int = -1
+    replay: int = 0
+    match: str = "auto"
+    table: str = ""
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise LayercError(f"bind-kernels: phase must be one of {', '.join(PHASES)}, not '{self.phase}'")
+        if self.match not in MATCHES:
+            raise LayercError(f"bind-kernels: match must be one of {', '.join(MATCHES)}, not '{self.match}'")
+
+    def apply(self, ctx: Context, module: Module) -> None:
+        graph = module.graphs[0]
+        trace = load_trace(ctx, self.trace)
+        layer = self.layer if self.layer >= 0 else graph.meta.get("layer")
+        match = self.match if self.match != "auto" else guess_match(graph, trace)
+        table = signature_table(self.table or None)
+        if match == "kernels":
+            result = bind_trace_kernels(graph, trace, layer, self.phase, self.replay, table)
+        else:
+            result = bind_profile_ops(graph, trace, layer)
+        result.write(graph)
+        ctx.analyses["binding"] = result
+
+
+def load_trace(ctx: Context, path: str) -> Trace:
+    given = ctx.inputs.get("trace")
+    if isinstance(given, Trace) and (not path or path == given.source):
+        return given
+    if not path:
+        raise LayercError("bind-kernels needs a trace: bind-kernels{trace=FILE} or --trace FILE")
+    cached = ctx.analyses.get(("trace", path))
+    if cached is None:
+        from layerc.grammar.traces import read_trace
+
+        cached = ctx.analyses[("trace", path)] = read_trace(path)
+    return cached
+
+
+def guess_match(graph: Graph, trace: Trace) -> str:
+    """``ops`` for a profile without graph replays whose ops are aten ops, as the graph's are."""
+    ops = [n for n in graph.nodes if n.kind == OP]
+    aten_graph = sum(op_namespace(n.target or "") == "aten" for n in ops) >= 0.6 * max(len(ops), 1)
+    names = trace.strings.lookup(trace.cpu_ops.name) if len(trace.cpu_ops) else np.array([], object)
+    aten_trace = len(names) and np.char.startswith(names.astype(str), "aten::").mean() >= 0.5
+    return "ops" if aten_graph and aten_trace and not trace.replays() else "kernels"
+
+
+# -- the result ------------------------------------------------------------------------------------
+@dataclass
+class Binding:
+    """What binding found: per node its bound events, plus what stayed unbound."""
+
+    events: dict[Node, list[dict]] = field(default_factory=dict)
+    unbound_events: list[dict] = field(default_factory=list)
+    unbound_nodes: list[str] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    bound_index: dict[int, Node] = field(default_factory=dict)  #: event index (kernel or cpu op) → node
+
+    def write(self, graph: Graph) -> None:
+        for n in graph.nodes:
+            n.meta.pop("trace_kernels", None)
+        for n, events in self.events.items():
+            n.meta["trace_kernels"] = events
+        graph.meta["trace_summary"] = self.summary
+        graph.meta["trace_unbound"] = {"kernels": self.unbound_events, "nodes": self.unbound_nodes}
+
+
+def _us(ns) -> float:
+    return round(float(ns) / 1000, 3)
+
+
+# -- kernels of a GPU trace --------------------------------------------------------------------------
+def pass_layers(trace: Trace, phase: str, replay: int) -> tuple[list[np.ndarray], dict]:
+    """The kernels of one replay (decode) or one eager pass (prefill), split into decoder layers
+    by ``detect-layers`` (start order), and how they were chosen."""
+    from layerc.passes.replays import layers_of, pick_replay
+    from layerc.passes.trace_layers import by_pass, detect_layers
+
+    k = trace.kernels
+    if not len(k):
+        raise LayercError("the trace has no kernels to bind", trace.source)
+    layers = detect_layers(trace)
+    if phase == "auto":
+        phase = "decode" if trace.replays() else "prefill"
+    if phase == "decode":
+        chosen = pick_replay(trace, None, replay)
+        split = layers_of(trace, chosen.kernels, layers.layer)
+        how = {"phase": "decode", "replay": replay, "graph_id": chosen.graph, "replay_from": chosen.how}
+    else:
+        eager = [idx for idx in by_pass(layers.pass_of, k.start) if len(idx) and layers.pass_of[idx[0]] % 2 == 0
+                 and (layers.layer[idx] >= 0).any()]
+        if not eager:
+            raise LayercError("no eager (prefill) pass with decoder layers in the trace; try --phase decode", trace.source)
+        if not 0 <= replay < len(eager):
+            raise LayercError(f"the trace has {len(eager)} eager passes; --replay takes 0..{len(eager) - 1}", trace.source)
+        split = layers_of(trace, eager[replay], layers.layer)
+        how = {"phase": "prefill", "pass": replay}
+    how.update(strategy=layers.strategy, layers_found=len(split))
+    return split, how
+
+
+class _KernelAligner:
+    """Scores and alignment of graph ops against kernels of one trace (evidence memoised per
+    signature)."""
+
+    def __init__(self, trace: Trace, table: SignatureTable):
+        from layerc.passes.kernel_tables import TYPES, kernel_table
+
+        self.trace, self.table = trace, table
+        self.cls = kernel_table().classify(trace)
+        k = trace.kernels
+        self.names = trace.strings.lookup(k.name).astype(str)
+        self.types = np.asarray(TYPES, object)[self.cls.type]
+        self._hits: dict[int, np.ndarray] = {}
+        self._typed: dict[int, np.ndarray] = {}
+
+    def signature(self, n: Node):
+        return self.table.lookup(op_name(n.target or ""))
+
+    def evidence(self, sig, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(name hits, type hits) of ``sig`` on kernel indices ``events``."""
+        key = id(sig)
+        hit = self._hits.setdefault(key, np.zeros(len(self.names), np.int8))  # 0 unknown, 1 no, 2 yes
+        todo = events[hit[events] == 0]
+        if len(todo):
+            hit[todo] = [2 if sig.names(self.names[j]) else 1 for j in todo]
+        if key not in self._typed:
+            self._typed[key] = np.isin(self.types, list(sig.types))
+        return hit[events] == 2, self._typed[key][events]
+
+    def align(self, ops: list[Node], kernels: np.ndarray, aux: set[Node] | None = None) -> dict[int, Node]:
+        """Kernel index → node, for ``kernels`` in start order: the main stream against the main
+        graph and the other streams against the aux-stream regions (``aux``, default: the nodes
+        ``infer-groups`` marked), or all against all, whichever explains the kernels better."""
+        k = self.trace.kernels
+        kernels = kernels[np.argsort(k.start[kernels], kind="stable")]
+        sigs = [self.signature(n) for n in ops]
+        streams = k.stream[kernels]
+        values, counts = np.unique(streams, return_counts=True)
+        plans = [[(list(range(len(ops))), kernels)]]
+        aux_rows = [r for r, n in enumerate(ops) if (n in aux if aux is not None else n.meta.get("aux_stream"))]
+        if len(values) > 1 and aux_rows:
+            main = values[np.argmax(counts)]
+            aux = set(aux_rows)
+            plans.append([([r for r in range(len(ops)) if r not in aux], kernels[streams == main]),
+                          (aux_rows, kernels[streams != main])])
+        best: tuple[tuple, dict[int, Node]] = ((-1, NO), {})
+        for plan in plans:
+            total, owner_of = 0.0, {}
+            for rows, events in plan:
+                t, owner = self._run([sigs[r] for r in rows], events)
+                total += t
+                owner_of.update({int(e): ops[rows[o]] for e, o in zip(events, owner) if o >= 0})
+            # the plan whose kernels the signatures name most wins; the score breaks ties
+            named = sum(self.kind(n, j) == "signature" for j, n in owner_of.items())
+            if (named, total) > best[0]:
+                best = ((named, total), owner_of)
+        return best[1]
+
+    def _run(self, sigs: list, events: np.ndarray) -> tuple[float, np.ndarray]:
+        def score(i: int) -> np.ndarray:
+            if sigs[i] is None:
+                return np.full(len(events), ORDER)
+            hit, typed = self.evidence(sigs[i], events)
+            return np.where(hit, SIGNATURE, np.where(typed, TYPE, NO))
+
+        bonus = np.array([FIRST if s is not None else 0.0 for s in sigs])
+        owner = align_many(len(sigs), len(events), score, bonus, np.zeros(len(events)))
+        total = sum(float(score(i)[owner == i].sum() + bonus[i]) for i in set(owner[owner >= 0].tolist()))
+        return total, owner
+
+    def kind(self, n: Node, kernel: int) -> str:
+        sig = self.signature(n)
+        if sig is None:
+            return "order"
+        return "signature" if self.evidence(sig, np.array([kernel]))[0][0] else "type"
+
+
+def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str, replay: int,
+                       table: SignatureTable) -> Binding:
+    """Bind the kernels of the layer's pass to the layer's ops. When ``detect-layers`` cuts the pass
+    into as many layers as the graph has, the layer's own kernels are aligned with the layer's ops;
+    otherwise (hybrid models whose blocks do not repeat) the whole graph is aligned with the whole
+    pass and the layer keeps what its ops got."""
+    split, how = pass_layers(trace, phase, replay)
+    aligner = _KernelAligner(trace, table)
+    k = trace.kernels
+    ops = [n for n in graph.nodes if n.kind == OP and not table.is_view(op_name(n.target or ""))]
+    full = graph.meta.get("sliced_from")
+    if layer is None or full is None or len(split) == graph.meta.get("num_layers"):
+        if layer is not None and not 0 <= layer < len(split):
+            raise LayercError(f"the {how['phase']} pass has {len(split)} layers; there is no layer {layer}", trace.source)
+        idx = np.concatenate(split) if layer is None else split[layer]
+        owner_of = aligner.align(ops, idx)
+        how["layer_from"] = "detect-layers" if layer is not None else "whole pass"
+    else:
+        everything = np.concatenate(split)
+        from layerc.passes.groups import aux_regions
+
+        every_op = [n for n in full.nodes if n.kind == OP]
+        full_ops = [n for n in every_op if not table.is_view(op_name(n.target or ""))]
+        by_name = {n.name: n for n in ops}
+        aligned = aligner.align(full_ops, everything, set(aux_regions(every_op, set(every_op))))
+        owner_of = {j: by_name[n.name] for j, n in aligned.items() if n.name in by_name}
+        if owner_of:
+            first, last = min(owner_of, key=lambda j: k.start[j]), max(owner_of, key=lambda j: k.end[j])
+            inside = (k.start[everything] >= k.start[first]) & (k.end[everything] <= k.end[last])
+            idx = everything[inside]
+        else:
+            idx = everything[:0]
+        how["layer_from"] = f"whole-graph alignment (detect-layers found {len(split)} layers, the graph has {graph.meta.get('num_layers')})"
+
+    result = Binding()
+    idx = idx[np.argsort(k.start[idx], kind="stable")]
+    for kernel in idx.tolist():
+        dur = int(k.end[kernel] - k.start[kernel])
+        item = {"kernel": trace.strings[int(aligner.cls.short[kernel])], "full_name": aligner.names[kernel],
+                "duration_us": _us(dur), "stream_id": int(k.stream[kernel]), "index": kernel}
+        node = owner_of.get(kernel)
+        if node is None:
+            item["type"] = aligner.types[kernel]
+            result.unbound_events.append(item)
+            continue
+        kind = aligner.kind(node, kernel)
+        item.update(confidence=CONFIDENCE[kind], evidence=kind)
+        result.events.setdefault(node, []).append(item)
+        result.bound_index[kernel] = node
+    result.unbound_nodes = [n.name for n in ops if aligner.signature(n) is not None and n not in result.events]
+    dur = k.end[idx] - k.start[idx]
+    bound = np.array([j in owner_of for j in idx.tolist()], bool)
+    result.summary = {
+        "total_duration_us": _us(dur.sum()), "kernel_count": int(len(idx)), "num_streams": int(len(np.unique(k.stream[idx]))),
+        "bound_kernels": int(bound.sum()), "unbound_kernels": int((~bound).sum()), "bound_duration_us": _us(dur[bound].sum()),
+        "layer": layer, "match": "kernels", **how,
+    }
+    return result
+
+
+# -- ops of a PyTorch profile ------------------------------------------------------------------------
+def outermost_ops(trace: Trace, start: int | None = None, end: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the cpu ops that no other cpu op (of the same thread) contains, in start order,
+    and for every cpu op the outermost op that contains it (itself when it is outermost)."""
+    c = trace.cpu_ops
+    order = np.lexsort((-c.end, c.start, c.tid))
+    parent = np.full(len(c), -1, np.int64)
+    stack: list[int] = []
+    for i in order.tolist():
+        while stack and (c.tid[stack[-1]] != c.tid[i] or c.end[stack[-1]] <= c.start[i]):
+            stack.pop()
+        parent[i] = stack[0] if stack else i
+        stack.append(i)
+    top = np.nonzero(parent == np.arange(len(c)))[0]
+    if start is not None:
+        top = top[(c.start[top] >= start) & (c.end[top] <= end)]
+    return top[np.argsort(c.start[top], kind="stable")], parent
+
+
+def _dims(text: str) -> tuple:
+    try:
+        dims = orjson.loads(text) if text else []
+    except orjson.JSONDecodeError:
+        return ()
+    return tuple(tuple(d) for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d))
+
+
+def _node_dims(n: Node) -> tuple:
+    shapes = []
+    for v in _flat_values(n.args):
+        t = v.type
+        if isinstance(t, TensorType) and t.shape and all(isinstance(d, int) for d in t.shape):
+            shapes.append(tuple(t.shape))
+    return tuple(shapes)
+
+
+def _flat_values(args) -> list[Value]:
+    out = []
+    for a in args:
+        if isinstance(a, Value):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(_flat_values(a))
+    return out
+
+
+def layer_span(trace: Trace, layer: int) -> tuple[int, int]:
+    """The time span of decoder layer ``layer`` from the profile's ``nn.Module`` spans."""
+    import re
+
+    m = trace.modules
+    names = trace.strings.lookup(m.name).astype(str) if len(m) else np.array([], str)
+    rx = re.compile(rf"nn\.Module: \w*(?:DecoderLayer|Block|Layer)_{layer}$")
+    hit = [i for i, s in enumerate(names) if rx.match(s)]
+    if not hit:
+        raise LayercError(f"the profile has no nn.Module span of decoder layer {layer} (profile with_modules=True or with_stack=True), "
+                          "or bind the whole graph: run bind-kernels before slice-layer", trace.source)
+    return int(m.start[hit[0]]), int(m.end[hit[0]])
+
+
+def bind_profile_ops(graph: Graph, trace: Trace, layer: int | None) -> Binding:
+    c = trace.cpu_ops
+    if not len(c):
+        raise LayercError("the profile has no cpu ops (aten::*) to bind; record it with the CPU activity on", trace.source)
+    full = graph.meta.get("sliced_from")
+    whole = layer is not None and full is not None  # align the whole program, keep the layer's part
+    span = layer_span(trace, layer) if layer is not None and not whole else (None, None)
+    top, parent = outermost_ops(trace, *span)
+    names = trace.strings.lookup(c.name).astype(str)
+    base = np.array([s.rsplit("::", 1)[-1] for s in names[top]], object)
+    dims_text = trace.strings.lookup(c.input_dims[top]) if len(top) else np.array([], object)
+    ops = [n for n in (full if whole else graph).nodes if n.kind == OP and op_namespace(n.target or "") is not None]
+    node_names = [op_name(n.target or "") for n in ops]
+    vocab = {s: i for i, s in enumerate(sorted(set(base.tolist()) | set(node_names)))}
+    op_ids = np.array([vocab[s] for s in base], np.int64)
+    dim_vocab: dict[tuple, int] = {}
+    op_dims = np.array([dim_vocab.setdefault(_dims(str(t) if t is not None else ""), len(dim_vocab)) for t in dims_text], np.int64)
+    node_ids = [vocab[s] for s in node_names]
+    node_dims = [dim_vocab.get(_node_dims(n), -2) for n in ops]
+
+    def score(i: int) -> np.ndarray:
+        same = op_ids == node_ids[i]
+        return np.where(same, 1.0 + (op_dims == node_dims[i]), NO)
+
+    owner = align_one(len(ops), len(top), score, np.zeros(len(top)))
+    if whole:  # back to the slice's own nodes; ops of other layers drop out
+        mine = {n.name: n for n in graph.nodes if n.kind == OP}
+        keep = [r for r, n in enumerate(ops) if n.name in mine]
+        inside = np.isin(owner, keep)
+        if inside.any():
+            first, last = np.nonzero(inside)[0][[0, -1]]
+            window = np.arange(len(top))
+            window = (window >= first) & (window <= last)
+            top, owner = top[window], owner[window]
+        else:
+            top, owner = top[:0], owner[:0]
+        row_of = {r: i for i, r in enumerate(keep)}
+        ops = [mine[ops[r].name] for r in keep]
+        node_ids = [node_ids[r] for r in keep]
+        node_dims = [node_dims[r] for r in keep]
+        owner = np.array([row_of.get(int(o), -1) for o in owner], np.int64)
+        op_dims = op_dims[window] if inside.any() else op_dims[:0]
+
+    # kernels launched by each outermost op (GPU profiles): through the op the launch ran in
+    kernels_of: dict[int, list[int]] = {}
+    k = trace.kernels
+    if len(k):
+        by_ext = {}
+        for i in range(len(c)):
+            if c.external_id[i] >= 0:
+                by_ext.setdefault(int(c.external_id[i]), i)
+        for j in range(len(k)):
+            op = by_ext.get(int(k.external_id[j]))
+            if op is not None:
+                kernels_of.setdefault(int(parent[op]), []).append(j)
+    children: dict[int, list[int]] = {}
+    for i in np.nonzero(parent != np.arange(len(c)))[0]:
+        children.setdefault(int(parent[i]), []).append(int(i))
+
+    result = Binding()
+    total = 0
+    for pos, op in enumerate(top.tolist()):
+        dur = int(c.end[op] - c.start[op])
+        row = int(owner[pos])
+        item = {"kernel": names[op], "duration_us": _us(dur), "index": op}
+        if row < 0:
+            result.unbound_events.append(item)
+            continue
+        node = ops[row]
+        kind = "name+shape" if op_dims[pos] == node_dims[row] else "name"
+        launched = kernels_of.get(op, [])
+        if launched:  # a GPU profile: the node's kernels are the ones its op launched
+            entries = [{"kernel": trace.strings[int(k.short[j])], "full_name": trace.strings[int(k.name[j])],
+                        "duration_us": _us(k.end[j] - k.start[j]), "stream_id": int(k.stream[j]), "index": int(j),
+                        "op": names[op], "confidence": CONFIDENCE[kind], "evidence": kind} for j in launched]
+            total += int(sum(k.end[j] - k.start[j] for j in launched))
+        else:
+            entries = [dict(item, confidence=CONFIDENCE[kind], evidence=kind)]
+            entries += [{"kernel": names[ch], "duration_us": _us(c.end[ch] - c.start[ch]), "index": ch, "nested": True}
+                        for ch in sorted(children.get(op, []), key=lambda x: c.start[x])]
+            total += dur
+        result.events.setdefault(node, []).extend(entries)
+        result.bound_index[op] = node
+    result.unbound_nodes = [n.name for n in ops if n not in result.events]
+    counted = [e for v in result.events.values() for e in v if not e.get("nested")]
+    result.summary = {
+        "total_duration_us": _us(total), "kernel_count": len(counted),
+        "num_streams": len({e.get("stream_id", -1) for e in counted}) if counted else 0,
+        "bound_ops": len(result.bound_index), "unbound_ops": len(result.unbound_events),
+        "layer": layer, "match": "ops", "phase": "profile",
+    }
+    return result
