@@ -37,8 +37,11 @@ demo: install
 	$(VENV)/bin/layerc layer $(DEMO) 5 --trace $(DEMO)/decode_replay.json.gz --timing
 	$(VENV)/bin/layerc gen-trace $(DEMO)/serving_trace.json.gz --model deepseek_v3 --tp 8
 	$(VENV)/bin/layerc trace $(DEMO)/serving_trace.json.gz --num-layers 61 --json $(DEMO)/serving_layers.json --perfetto $(DEMO)/serving_trace.pftrace
+	$(VENV)/bin/layerc gen-mem $(DEMO)/ws_graphs
+	$(VENV)/bin/layerc mem $(DEMO)/ws_graphs -o $(DEMO)/mem --combine
 	@echo "demo: layer 5 of a 61-layer DeepSeek-V3 dump, as JSON, DOT, PNG and SVG, with the kernels of a decode replay bound to its nodes, in $(DEMO)/;"
-	@echo "      the layers of a DeepSeek-V3 TP8 serving trace (1 prefill pass, 2 decode replays) as tables, JSON and Perfetto"
+	@echo "      the layers of a DeepSeek-V3 TP8 serving trace (1 prefill pass, 2 decode replays) as tables, JSON and Perfetto;"
+	@echo "      the SMEM/TMEM plan of a flash-attention-backward Triton kernel, checked and drawn, in $(DEMO)/mem/"
 
 test: install
 	$(PY) -m pytest -q -n 2 --durations=10

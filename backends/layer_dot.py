@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import html
 import re
-import shutil
-import subprocess
 from collections import defaultdict
 from typing import Iterable
 
@@ -667,25 +665,9 @@ def dot_text(doc: dict) -> str:
 
 def render(doc: dict, fmt: str = "png", *, dpi: int = PNG_DPI, timeout: float = RENDER_TIMEOUT_S) -> bytes:
     """Run Graphviz ``dot`` on the layer's DOT text; returns the PNG or SVG bytes."""
-    if fmt not in ("png", "svg"):
-        raise LayercError(f"unsupported render format '{fmt}' (choose png or svg)")
-    exe = shutil.which("dot")
-    if exe is None:
-        raise LayercError("Graphviz 'dot' is not installed (apt-get install graphviz, or `make graphviz`)")
-    cmd = [exe, f"-T{fmt}"]
-    if fmt == "png":
-        cmd.append(f"-Gdpi={int(dpi)}")
-    text = dot_text(doc)
-    try:
-        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=timeout, check=False)
-    except FileNotFoundError as exc:
-        raise LayercError("Graphviz 'dot' is not installed (apt-get install graphviz, or `make graphviz`)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise LayercError(f"Graphviz 'dot' timed out after {timeout:g}s rendering {fmt}") from exc
-    if proc.returncode != 0 or not proc.stdout:
-        err = proc.stderr.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
-        raise LayercError(f"Graphviz 'dot' failed rendering {fmt}: {err}")
-    return proc.stdout
+    from layerc.backends.graphviz import render_dot
+
+    return render_dot(dot_text(doc), fmt, dpi=dpi, timeout=timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -488,6 +488,8 @@ def test_main_writes_dot_and_svg(tmp_path, capsys):
 
 
 def test_render_without_dot(monkeypatch):
-    monkeypatch.setattr(layer_dot.shutil, "which", lambda name: None)
+    from layerc.backends import graphviz
+
+    monkeypatch.setattr(graphviz.shutil, "which", lambda name: None)
     with pytest.raises(LayercError, match="Graphviz 'dot' is not installed"):
         layer_dot.render(small_doc(), "png")

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
     "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
     "gen-kernels": ("layerc.tools.gen_kernels", "generate a CUDA-graph replay of a dump's graph, with the node that launched each kernel"),
+    "gen-mem": ("layerc.tools.gen_ws_mem", "generate Triton warp-specialization memory-planner dumps (a port of the planner's emitters)"),
     "mem": ("layerc.tools.mem", "Triton warp-specialization memory planner dumps: SMEM/TMEM liveness, checks, pictures"),
     "optrace": ("layerc.tools.optrace", "model source -> op execution tree, kernel call chains and op <-> kernel map"),
     "simulate": ("layerc.tools.simulate", "simulate a decoder layer on N engines (roofline cost, list schedule) as Perfetto"),

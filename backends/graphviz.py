@@ -1,0 +1,29 @@
+"""Graphviz ``dot`` run on a DOT text: PNG or SVG bytes, or a LayercError that says what failed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from layerc.ir.diagnostics import LayercError
+
+#: Graphviz gets this long per graph.
+RENDER_TIMEOUT_S = 120.0
+
+
+def render_dot(text: str, fmt: str = "png", *, dpi: int | None = None, timeout: float = RENDER_TIMEOUT_S) -> bytes:
+    """PNG or SVG bytes of ``text``; ``dpi`` sets a PNG's resolution (Graphviz's default 96)."""
+    if fmt not in ("png", "svg"):
+        raise LayercError(f"unsupported render format '{fmt}' (choose png or svg)")
+    exe = shutil.which("dot")
+    if exe is None:
+        raise LayercError("Graphviz 'dot' is not installed (apt-get install graphviz)")
+    cmd = [exe, f"-T{fmt}"] + ([f"-Gdpi={int(dpi)}"] if dpi and fmt == "png" else [])
+    try:
+        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise LayercError(f"Graphviz 'dot' timed out after {timeout:g}s rendering {fmt}") from None
+    if proc.returncode != 0 or not proc.stdout:
+        err = proc.stderr.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
+        raise LayercError(f"Graphviz 'dot' failed rendering {fmt}: {err}")
+    return proc.stdout

@@ -1,0 +1,188 @@
+"""``layerc mem DIR_OR_LOG [-o OUT/]``: the Triton warp-specialization memory planner's dumps
+(seed 002, automated), read, checked and drawn.
+
+Reads a ``TRITON_DUMP_WS_GRAPHS`` directory or a ``TRITON_LLVM_DEBUG_ONLY=nvgpu-ws-memory-planner``
+log, runs ``mem-liveness`` and ``mem-check`` (or ``--passes``), prints a summary per kernel and
+every finding, and with ``-o`` writes per kernel: the clean DOT of each graph and its pictures
+(Graphviz), a liveness chart, with ``--combine`` all of them stacked into one PNG; for the whole
+input a JSON report and a Perfetto trace. Exit status 1 when a check reports an error (with
+``--werror``, a warning too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+DEFAULT_PASSES = "mem-liveness,mem-check"
+#: PNG resolution of the planner's graphs: their 9 pt node and 7 pt edge labels need more than
+#: Graphviz's 96 dpi to stay legible once the pictures are stacked.
+PNG_DPI = 130
+TITLES = {"smem": "SMEM buffer liveness", "tmem": "TMEM buffer liveness", "combined": "key ops and channels by partition"}
+FILE_NAMES = {"smem": "smem_liveness", "tmem": "tmem_liveness", "combined": "combined_graph"}
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    out = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in out if x not in ("png", "svg")]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"takes png, svg or png,svg, not {text!r}")
+    return out
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    from layerc.passes.mem_liveness import ARCHS
+
+    p.add_argument("input", help="TRITON_DUMP_WS_GRAPHS directory, or a debug log (stderr of "
+                                 "TRITON_LLVM_DEBUG_ONLY=nvgpu-ws-memory-planner MLIR_ENABLE_DUMP=1; .gz too)")
+    p.add_argument("-o", "--output", metavar="DIR", help="write DOT, pictures, chart, memory.json and memory.pftrace here")
+    p.add_argument("--arch", choices=ARCHS, default="auto",
+                   help="capacity to hold the peaks against (default auto: sm100 when there is TMEM, else sm90)")
+    p.add_argument("--kernel", action="append", metavar="NAME|INDEX", help="only these kernels (repeatable)")
+    p.add_argument("--format", type=_formats, default=("png",), metavar="png,svg", help="picture formats (default png)")
+    p.add_argument("--combine", action="store_true", help="also stack each kernel's pictures, labelled, into <kernel>.all.png")
+    p.add_argument("--no-render", action="store_true", help="write DOT, JSON and Perfetto only (no Graphviz, no chart)")
+    p.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
+    p.add_argument("--werror", action="store_true", help="exit 1 on warnings too")
+    p.add_argument("--passes", default=DEFAULT_PASSES, metavar="PIPELINE",
+                   help=f"memory passes to run (default {DEFAULT_PASSES}; options as mem-liveness{{arch=sm90}})")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the memory IR after each pass (stderr)")
+    p.add_argument("--timing", action="store_true", help="report each pass's time on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from layerc.backends.mem_report import counts
+    from layerc.grammar.ws_memory import read_ws_memory
+
+    manager = _pipeline(args)
+    _progress(f"reading {args.input}")
+    module = read_ws_memory(args.input)
+    if args.kernel:
+        module.kernels = _select(module, args.kernel)
+    _run_passes(manager, module, args)
+    written = write_outputs(module, args) if args.output else []
+    if args.json:
+        import orjson
+
+        from layerc.backends.mem_report import report
+
+        sys.stdout.buffer.write(orjson.dumps(report(module), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        from rich.console import Console
+
+        from layerc.backends.mem_report import show
+
+        show(module, Console(highlight=False, soft_wrap=True), written)
+    c = counts(module)
+    return 1 if c["error"] or (args.werror and c["warning"]) else 0
+
+
+def _pipeline(args: argparse.Namespace):
+    from layerc.passes.mem_check import MEM_PASSES
+    from layerc.passes.mem_liveness import MemLiveness
+    from layerc.passes.pipeline import PassManager, build_pipeline
+
+    passes = build_pipeline(args.passes, MEM_PASSES)
+    if args.arch != "auto":  # --arch sets the option of a mem-liveness the pipeline did not configure
+        passes = [MemLiveness(args.arch) if isinstance(p, MemLiveness) and p.arch == "auto" else p for p in passes]
+    return PassManager(passes)
+
+
+def _run_passes(manager, module, args: argparse.Namespace) -> None:
+    from layerc.backends.mem_report import ir_text
+    from layerc.passes.base import Context
+    from layerc.passes.pipeline import timing_report
+
+    manager.print_ir_after_all = args.print_ir_after_all
+    manager.print_ir = ir_text
+    manager.ir_stream = sys.stderr
+    manager.run(Context(), module)
+    if args.timing:
+        sys.stderr.write(timing_report(manager.timings))
+
+
+def _select(module, wanted: list[str]) -> list:
+    from layerc.ir.diagnostics import LayercError
+
+    chosen = []
+    for w in wanted:
+        hits = [k for k in module.kernels if k.name == w or (w.isdigit() and k.index == int(w))]
+        if not hits:
+            names = ", ".join(f"{k.index}:{k.name}" for k in module.kernels)
+            raise LayercError(f"no kernel '{w}' in {module.source} (kernels: {names})")
+        chosen += [k for k in hits if k not in chosen]
+    return chosen
+
+
+def kernel_stems(module) -> list[str]:
+    """A file-name stem per kernel: its name made safe, with the index where names repeat."""
+    stems = [re.sub(r"[^\w.\-]+", "_", k.name).strip(".") or f"kernel_{k.index}" for k in module.kernels]
+    return [s if stems.count(s) == 1 else f"{s}_{k.index}" for s, k in zip(stems, module.kernels)]
+
+
+def write_outputs(module, args: argparse.Namespace) -> list[str]:
+    """Every output file, each written atomically; returns their paths."""
+    import orjson
+
+    from layerc.backends.files import write_atomic
+    from layerc.backends.mem_report import report
+    from layerc.ir.diagnostics import LayercError
+
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise LayercError(f"-o {out}: a file, not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+
+    def put(name: str, data: str | bytes) -> None:
+        write_atomic(out / name, data)
+        written.append(str(out / name))
+
+    for k, stem in zip(module.kernels, kernel_stems(module)):
+        pictures: list[tuple[str, bytes]] = []
+        for kind in ("smem", "tmem", "combined"):
+            g = k.graphs.get(kind)
+            if g is None:
+                continue
+            base = f"{stem}.{FILE_NAMES[kind]}"
+            put(base + ".dot", g.dot)
+            if args.no_render:
+                continue
+            _progress(f"rendering {base}")
+            from layerc.backends.graphviz import render_dot
+
+            for fmt in args.format:
+                data = render_dot(g.dot, fmt, dpi=PNG_DPI)
+                put(f"{base}.{fmt}", data)
+                if fmt == "png":
+                    pictures.append((f"{k.name}: {TITLES[kind]} ({module.files[g.file].rsplit('/', 1)[-1]})", data))
+            if "png" not in args.format and args.combine:
+                pictures.append((f"{k.name}: {TITLES[kind]}", render_dot(g.dot, "png", dpi=PNG_DPI)))
+        if not args.no_render and k.liveness:
+            from layerc.backends.mem_chart import liveness_chart
+
+            _progress(f"charting {stem}")
+            for fmt in args.format:
+                data = liveness_chart(module, k, fmt)
+                put(f"{stem}.liveness.{fmt}", data)
+                if fmt == "png":
+                    pictures.insert(0, (f"{k.name}: liveness, peaks and capacity ({module.arch})", data))
+            if "png" not in args.format and args.combine:
+                pictures.insert(0, (f"{k.name}: liveness", liveness_chart(module, k, "png")))
+        if args.combine and pictures:
+            from layerc.backends.mem_combine import stack
+
+            put(f"{stem}.all.png", stack(pictures))
+    put("memory.json", orjson.dumps(report(module), option=orjson.OPT_INDENT_2) + b"\n")
+    from layerc.backends.mem_perfetto import write_memory_pftrace
+
+    write_memory_pftrace(module, out / "memory.pftrace")
+    written.append(str(out / "memory.pftrace"))
+    return written
+
+
+def _progress(message: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"layerc mem: {message}\n")
