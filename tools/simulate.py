@@ -1,0 +1,287 @@
+"""``layerc simulate``: one decoder layer on N engines, as tables and a Perfetto timeline
+(seed 004's simulated trace, automated and corrected).
+
+The layer comes from a Hugging Face config (``--config config.json``), a preset (``--preset
+llama-3.2-1b``), or a dump (``--dump DIR --layer N``: the layer sliced from a real graph). The
+pipeline is ``cost{hw=...},schedule{engines=...}``; ``--engines auto`` sweeps N.
+``--compare-seed TRACE`` puts the seed's simulated trace of the same layer beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from layerc.tools.trace import _positive
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("the layer (one of)")
+    src.add_argument("--config", metavar="FILE", help="a Hugging Face config.json")
+    src.add_argument("--preset", metavar="NAME", help="a model preset (--list-presets)")
+    src.add_argument("--dump", metavar="PATH", help="a graph dump (file or AD_DUMP_GRAPHS_DIR): simulate one of its layers")
+    shape = p.add_argument_group("the step")
+    shape.add_argument("--phase", choices=("decode", "prefill"),
+                       help="decode (default): one new token over a KV cache of --seq-len; prefill: --seq-len new tokens")
+    shape.add_argument("--seq-len", type=_positive, default=256, metavar="N", help="KV cache length (decode) or prompt length (prefill); default 256")
+    shape.add_argument("--batch", type=_positive, metavar="N", help="sequences per step (default 1)")
+    shape.add_argument("--layer", type=_natural, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
+    shape.add_argument("--attention", choices=("fused", "eager"),
+                       help="fused (default): one flash-attention op; eager: scores, softmax, values as transformers' eager path")
+    shape.add_argument("--dtype", choices=("model", "bfloat16", "float16", "float32", "fp8"),
+                       help="weights and activations dtype (default: the config's; fp8: fp8 weights and GEMMs, bf16 activations)")
+    hw = p.add_argument_group("the machine")
+    hw.add_argument("--hw", default="h100", metavar="NAME|FILE", help="hardware preset (a100 h100 h200 b200 mi300x) or a TOML file (default h100)")
+    hw.add_argument("--engines", default="1", metavar="N|auto", help="engines to schedule on, or auto (default 1)")
+    hw.add_argument("--launch-overhead", type=float, metavar="US", help="per-kernel overhead in µs (default: the preset's)")
+    hw.add_argument("--mode", choices=("roofline", "no-overlap"), default="roofline", help="max of compute and memory time, or their sum")
+    hw.add_argument("--tp", type=_positive, default=1, metavar="N", help="tensor-parallel size, for collectives in dumps (default 1)")
+    out = p.add_argument_group("outputs")
+    out.add_argument("-o", "--output", metavar="FILE", help="Perfetto timeline: .pftrace (protobuf) or .json (Chrome)")
+    out.add_argument("--json", metavar="FILE", help="per-op costs and the schedule as JSON")
+    out.add_argument("--png", metavar="FILE", help="the schedule as a Gantt chart (with the seed's below it, with --compare-seed)")
+    out.add_argument("--compare-seed", metavar="TRACE", help="seed 004's simulated Chrome trace: compare op by op")
+    out.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
+    out.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
+    out.add_argument("--list-presets", action="store_true", help="list model and hardware presets and exit")
+    p.set_defaults(usage_error=p.error)
+
+
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"takes a whole number of 0 or more, not {text!r}")
+    return value
+
+
+def load_module(args: argparse.Namespace):
+    """The layer graph the flags name (a usage error when they name none or several)."""
+    from layerc.grammar.decoder_layer import build_layer
+    from layerc.grammar.hf_config import load_config, load_preset, preset_names
+
+    given = [k for k in ("config", "preset", "dump") if getattr(args, k, None)]
+    if len(given) != 1:
+        args.usage_error("give exactly one of --config, --preset, --dump")
+    if args.preset and args.preset.lower() not in preset_names():
+        args.usage_error(f"unknown preset '{args.preset}' (presets: {', '.join(preset_names())})")
+    step = {"phase": "decode", "batch": 1, "attention": "fused", "dtype": "model"}
+    if args.dump:
+        given = [f"--{k}" for k in step if getattr(args, k) is not None]
+        if given:
+            args.usage_error(f"{', '.join(given)} describe a layer built from a config; a dump's shapes say them")
+        return _dump_layer(args)
+    for k, v in step.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    spec = load_config(args.config) if args.config else load_preset(args.preset)
+    return build_layer(spec, args.phase, args.seq_len, args.batch, args.layer, args.attention, args.dtype)
+
+
+def _dump_layer(args: argparse.Namespace):
+    from layerc.grammar.dumps import load
+    from layerc.passes.base import Context
+    from layerc.passes.select_graph import SelectGraph
+    from layerc.passes.slicing import SliceLayer
+    from layerc.passes.tag_weights import TagWeights
+
+    module = load(args.dump)
+    layer = args.layer if args.layer is not None else 0
+    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=layer)):
+        p.apply(Context(), module)
+    module.meta.update(model=str(args.dump), phase="dump", layer=layer, seq_len=args.seq_len)
+    module.graphs[0].meta.update(module.meta)
+    return module
+
+
+def check_engines(args: argparse.Namespace) -> None:
+    if args.engines != "auto" and not (args.engines.isdigit() and int(args.engines) >= 1):
+        args.usage_error(f"--engines takes a whole number of 1 or more or 'auto', not {args.engines!r}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from layerc.backends.registry import EMITTERS
+    from layerc.passes.base import Context
+    from layerc.passes.cost import CostModel, load_hardware
+    from layerc.passes.pipeline import PassManager, PassTiming, timing_report
+    from layerc.passes.schedule import ListSchedule
+    import time
+
+    if args.list_presets:
+        return _list_presets()
+    check_engines(args)
+    hardware = load_hardware(args.hw)  # checked before any work
+    seed = None
+    if args.compare_seed:
+        from layerc.grammar.seed_trace import read_simulated_trace
+
+        seed = read_simulated_trace(args.compare_seed)
+    start = time.perf_counter()
+    module = load_module(args)
+    phases = [PassTiming("Build layer", time.perf_counter() - start)]
+    cost = CostModel(hw=args.hw, launch_overhead_us=-1.0 if args.launch_overhead is None else args.launch_overhead,
+                     kv_len=args.seq_len if args.dump else 0, tp=args.tp, mode=args.mode)
+    pm = PassManager([cost, ListSchedule(engines=args.engines)], print_ir_after_all=args.print_ir_after_all,
+                     print_ir=EMITTERS["ad"], ir_stream=sys.stderr)
+    ctx = Context()
+    pm.run(ctx, module)
+    phases.extend(pm.timings)
+    for w in ctx.warnings:
+        sys.stderr.write(f"layerc: warning: {w}\n")
+    hardware = ctx.analyses.get("hardware", hardware)
+    graph = module.graphs[0]
+    comparison = None
+    if seed is not None:
+        from layerc.backends.seed_compare import compare
+
+        comparison = compare(graph, seed)
+
+    start = time.perf_counter()
+    if args.output:
+        from layerc.backends.sim_trace import write_schedule_trace
+
+        s = graph.meta["schedule"]
+        write_schedule_trace(graph, args.output, f"{hardware.name} (simulated, {s.engines} engine{'s' if s.engines > 1 else ''})")
+    if args.png:
+        from layerc.backends.sim_png import render_schedule_png
+
+        render_schedule_png(graph, args.png, f"layerc on {hardware.name}", seed,
+                            comparison.violations if comparison is not None else ())
+    if args.json:
+        import orjson
+
+        from layerc.backends.files import write_atomic
+
+        write_atomic(args.json, orjson.dumps(report(graph, hardware, comparison), option=orjson.OPT_INDENT_2) + b"\n")
+    phases.append(PassTiming("Output", time.perf_counter() - start))
+    show(graph, hardware, comparison)
+    if args.timing:
+        sys.stderr.write(timing_report(phases))
+    return 0
+
+
+def _list_presets() -> int:
+    from layerc.grammar.hf_config import load_preset, preset_names
+    from layerc.passes.cost import hardware_presets, load_hardware
+
+    for name in preset_names():
+        s = load_preset(name)
+        extra = ", MLA" if s.mla else ""
+        extra += f", {s.moe.experts} experts top-{s.moe.top_k}" if s.moe else ""
+        sys.stdout.write(f"{name:16s} {s.model_type}: hidden {s.hidden}, {s.heads} heads / {s.kv_heads} KV, "
+                         f"{s.num_layers} layers{extra}\n")
+    for key in hardware_presets():
+        hw = load_hardware(key)
+        peaks = ", ".join(f"{k} {v:g}" for k, v in hw.matrix_tflops.items())
+        sys.stdout.write(f"{key:16s} {hw.name}: {peaks} TFLOP/s; HBM {hw.hbm_gbps:g} GB/s; launch {hw.launch_overhead_us:g} µs\n")
+    return 0
+
+
+# -- outputs ------------------------------------------------------------------------------------
+def op_rows(graph) -> list[dict]:
+    """One dict per kernel op: its cost and where the schedule put it."""
+    from layerc.backends.sim_trace import op_label
+
+    rows = []
+    for n in graph.nodes:
+        c = n.meta.get("cost")
+        if c is None or not c.is_kernel:
+            continue
+        sch = n.meta.get("schedule", {})
+        rows.append({"op": op_label(n), "type": c.kind, "target": n.target,
+                     "shape": n.type.shape_text() if n.type.is_known else "?",
+                     "flops": c.flops, "bytes": c.bytes, "intensity": round(c.intensity, 4), "bound": c.bound,
+                     "time_us": round(c.time_ns / 1e3, 4), "compute_us": round(c.compute_ns / 1e3, 4),
+                     "memory_us": round(c.memory_ns / 1e3, 4), "launch_us": round(c.overhead_ns / 1e3, 4),
+                     "engine": sch.get("engine"), "start_us": round(sch.get("start", 0) / 1e3, 4),
+                     "end_us": round(sch.get("end", 0) / 1e3, 4), "critical": sch.get("critical")})
+    return rows
+
+
+def report(graph, hardware, comparison=None) -> dict:
+    s = graph.meta["schedule"]
+    totals = graph.meta["cost"]
+    doc = {
+        "layer": {k: v for k, v in graph.meta.items() if isinstance(v, (str, int, float)) and k not in ("cost",)},
+        "hardware": {"key": hardware.key, "name": hardware.name, "hbm_gbps": hardware.hbm_gbps,
+                     "matrix_tflops": hardware.matrix_tflops, "launch_overhead_us": hardware.launch_overhead_us},
+        "totals": {"kernels": totals["kernels"], "flops": totals["flops"], "bytes": totals["bytes"],
+                   "serial_us": round(totals["time_ns"] / 1e3, 4)},
+        "schedule": {"engines": s.engines, "makespan_us": round(s.makespan / 1e3, 4),
+                     "critical_path_us": round(s.critical_path / 1e3, 4), "utilization": round(s.utilization, 4),
+                     "sweep": [{"engines": n, "makespan_us": round(m / 1e3, 4), "utilization": round(u, 4)} for n, m, u in s.sweep]},
+        "ops": op_rows(graph),
+    }
+    if comparison is not None:
+        doc["seed_comparison"] = {
+            "seed_makespan_us": comparison.seed_makespan, "seed_engines": comparison.seed_engines,
+            "rows": [{"seed": r.seed, "seed_us": r.seed_us, "layerc": list(r.labels), "layerc_us": round(r.layerc_ns / 1e3, 4),
+                      "flops": r.flops, "bytes": r.bytes, "bound": r.bound} for r in comparison.rows],
+            "violations": [vars(v) for v in comparison.violations],
+        }
+    return doc
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} "
+
+
+def show(graph, hardware, comparison=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False, soft_wrap=True)
+    meta, s, totals = graph.meta, graph.meta["schedule"], graph.meta["cost"]
+    if meta.get("phase") == "dump":
+        step = f"as dumped (KV length {meta.get('seq_len')} for paged attention)"
+    else:
+        step = (f"{meta.get('phase')} (seq {meta.get('seq_len')}, batch {meta.get('batch')}, attention {meta.get('attention')}, "
+                f"{str(meta.get('weight_dtype')).removeprefix('torch.')})")
+    con.print(f"[bold]{meta.get('model')}[/] layer {meta.get('layer')}, {step} on [bold]{hardware.name}[/]: "
+              f"{totals['kernels']} kernels, {_si(totals['flops'])}FLOP, {_si(totals['bytes'])}B")
+    tab = Table(title="ops (roofline + launch overhead)", title_justify="left")
+    for col in ("op", "type", "shape", "FLOPs", "bytes", "FLOP/B", "bound", "µs", "launch", "engine", "start µs", ""):
+        tab.add_column(col, justify="left" if col in ("op", "type", "shape", "bound", "") else "right")
+    for r in op_rows(graph):
+        tab.add_row(r["op"], r["type"], r["shape"], _si(r["flops"]), _si(r["bytes"]), f"{r['intensity']:.1f}", r["bound"],
+                    f"{r['time_us']:.2f}", f"{100 * r['launch_us'] / r['time_us']:.0f}%" if r["time_us"] else "-",
+                    str(r["engine"]), f"{r['start_us']:.2f}", "[red]●[/]" if r["critical"] else "")
+    con.print(tab)
+    con.print(f"serial {totals['time_ns'] / 1e3:,.2f} µs; on {s.engines} engine{'s' if s.engines > 1 else ''}: makespan "
+              f"{s.makespan / 1e3:,.2f} µs, critical path {s.critical_path / 1e3:,.2f} µs (● ops), utilization "
+              f"{100 * s.utilization:.1f}%" + ("" if s.reaches_bound else " — more engines would help"))
+    if s.sweep:
+        sweep = Table(title="engines sweep", title_justify="left")
+        for col in ("engines", "makespan µs", "speedup", "utilization", "reaches critical path"):
+            sweep.add_column(col, justify="right")
+        serial = s.sweep[0][1]
+        for n, m, u in s.sweep:
+            sweep.add_row(str(n), f"{m / 1e3:,.2f}", f"{serial / m:.2f}x", f"{100 * u:.1f}%", "yes" if m == s.critical_path else "")
+        con.print(sweep)
+        con.print(f"smallest N reaching the critical-path bound: [bold]{s.engines}[/]")
+    if comparison is not None:
+        _show_comparison(con, comparison, s)
+
+
+def _show_comparison(con, cmp, s) -> None:
+    from rich.table import Table
+
+    tab = Table(title="against seed 004's simulated trace", title_justify="left")
+    for col in ("seed op", "seed (nominal µs)", "layerc op", "layerc µs", "FLOPs", "bytes", "bound"):
+        tab.add_column(col, justify="left" if col in ("seed op", "layerc op", "bound") else "right")
+    for r in cmp.rows:
+        seed = r.seed[0] if len(r.seed) == 1 else f"{r.seed[0].split(' - ')[0]} ×{len(r.seed)}"
+        tab.add_row(seed, f"{r.seed_us:,.0f}", ", ".join(r.labels), f"{r.layerc_ns / 1e3:,.2f}", _si(r.flops), _si(r.bytes), r.bound)
+    tab.add_row("[bold]layer[/]", f"[bold]{cmp.seed_makespan:,.0f}[/] on {cmp.seed_engines}", "makespan",
+                f"[bold]{s.makespan / 1e3:,.2f}[/] on {s.engines}", "", "", "")
+    con.print(tab)
+    for v in cmp.violations:
+        con.print(f"[red]seed dependency violation[/]: '{v.op}' starts at +{v.start:,.0f} but reads '{v.reads}', "
+                  f"which ends at +{v.end:,.0f}")
+    if cmp.unmatched:
+        con.print(f"seed ops with no layerc op: {', '.join(sorted(set(cmp.unmatched)))}")
