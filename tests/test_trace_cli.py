@@ -9,20 +9,17 @@ tables do not wrap); a few error cases run as a subprocess, the way a user meets
 from __future__ import annotations
 
 import csv
-import io
 import json
-import os
 import re
 import subprocess
 import sys
 from collections import Counter
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from layerc.tools.driver import main
 from layerc.tools.gen_trace import generate
+from layerc_cli import run_layerc
 
 TORCH = "data/traces/torch"
 DECODE = "sglang_qwen3-8b_decode_mi300x.json.gz"  # one graph replay, 36 MHA_FC decode layers
@@ -47,23 +44,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # -- running the command ---------------------------------------------------------------------------
 def cli(*args) -> tuple[int, str, str]:
-    """``layerc trace ARGS`` in-process: (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    argv, columns = sys.argv, os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "250"  # rich reads it: tables one row per line, names uncut
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                rc = main(["trace", *map(str, args)])
-            except SystemExit as e:  # argparse
-                rc = e.code
-    finally:
-        sys.argv = argv
-        if columns is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = columns
-    return rc, ANSI.sub("", out.getvalue()), err.getvalue()
+    """``layerc trace ARGS`` in-process: (exit status, stdout without colour codes, stderr)."""
+    rc, out, err = run_layerc("trace", *args)
+    return rc, ANSI.sub("", out), err
 
 
 def layerc(*args) -> subprocess.CompletedProcess:
