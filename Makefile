@@ -11,6 +11,10 @@ TORCH_VERSION ?= 2.13.0
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 STAMP  := $(VENV)/.installed
 DEMO   := out/demo
+# The sglang source `layerc optrace` is tested on (tests/test_optrace_sglang.py). A wheel is a zip:
+# optrace reads it in place, nothing installs it. Downloaded once; skipped when present.
+SGLANG_VERSION ?= 0.5.9
+SGLANG_WHEEL   := build/wheels/sglang-$(SGLANG_VERSION)-py3-none-any.whl
 
 .PHONY: install demo test bench graphviz clean
 
@@ -21,7 +25,10 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q $(FIND_LINKS) -e ".[dev,torch]"
 	@touch $(STAMP)
 
-install: $(STAMP) graphviz
+install: $(STAMP) graphviz $(SGLANG_WHEEL)
+
+$(SGLANG_WHEEL): | $(STAMP)
+	$(PIP) download -q --no-deps --only-binary=:all: "sglang==$(SGLANG_VERSION)" -d $(dir $(SGLANG_WHEEL))
 
 graphviz:
 	@command -v dot >/dev/null 2>&1 || { \

@@ -1,0 +1,435 @@
+"""The op tree of a model from its source: seed 003's op tracing and kernel tracing, automated.
+
+From the entry class's ``forward``, every call is resolved (``passes.pyresolve``): calls of
+module instances (``self.mlp(...)``, ``layer(...)``), of methods (``self.forward_prepare(...)``)
+and of package functions (``apply_rotary_pos_emb(...)``) that reach kernels become ops, in
+execution order (innermost call first in one expression). An op is expanded into sub-ops when
+its callee is model code (``scope``: the entry's package by default) or hands work back to
+modules the model built (``LayerCommunicator.prepare_attn`` calling the layer's
+``input_layernorm``); otherwise it is a leaf op, and its kernels are found by following every
+call below it (the kernel-trace side) until calls the kernel table names. A call under
+``if x == Enum.MHA`` is annotated ``MHA path``; a module attribute assigned differently under
+different conditions (``DeepseekV2MoE`` vs ``DeepseekV2MLP``) becomes one branch per class.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from layerc.ir.optree import BRANCH, OP, ROOT, ChainStep, KernelSite, OpNode, OpTree, Site
+from layerc.passes.kernel_calls import KernelCalls, KernelKind
+from layerc.passes.pyresolve import (ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Thunks, Unknown, Value,
+                                     _bind_exprs, cond_text, is_triton_jit)
+
+MAX_EXPAND_DEPTH = 24  #: nested containers
+MAX_TOUCH_DEPTH = 3  #: calls followed to see whether library code calls the model's modules
+_ENUM_TEST = re.compile(r"^[\w.\[\]()]+\s*(?:==|is)\s*(?:[\w]+\.)+([A-Z][A-Z0-9_]*)$")
+_ENUM_IN = re.compile(r"^[\w.\[\]()]+\s+in\s+[(\[{]((?:\s*(?:\w+\.)+[A-Z][A-Z0-9_]*\s*,?)+)[)\]}]$")
+
+
+def annotation(cond: str, limit: int = 60) -> str:
+    """How a branch condition is shown: ``MHA path`` for an enum dispatch, else ``if cond``."""
+    if not cond:
+        return ""
+    m = _ENUM_TEST.match(cond)
+    if m:
+        return f"{m.group(1)} path"
+    m = _ENUM_IN.match(cond)
+    if m:
+        return " / ".join(x.strip().split(".")[-1] for x in m.group(1).split(",") if x.strip()) + " path"
+    text = cond if len(cond) <= limit else cond[: limit - 1] + "…"
+    return f"if {text}"
+
+
+def call_label(call: ast.Call, limit: int = 70) -> str:
+    func = call.func.value if isinstance(call.func, ast.Subscript) and not _is_index(call.func) else call.func
+    text = " ".join(ast.unparse(func).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"{text}()"
+
+
+def _is_index(sub: ast.Subscript) -> bool:
+    """``self.layers[i]`` (an index into modules) rather than ``kernel[grid]`` (a launch)."""
+    return not isinstance(sub.slice, (ast.Tuple, ast.Lambda)) and not (
+        isinstance(sub.slice, ast.Name) and sub.slice.id.lower().startswith("grid"))
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call in a function body: the innermost condition it runs under (``cond``), and every
+    enclosing ``if`` test with whether the call sits in its ``else`` (for type narrowing)."""
+
+    call: ast.Call
+    cond: str
+    tests: tuple[tuple[ast.expr, bool], ...] = ()
+
+
+def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
+    """Every call a function body makes, in execution order (arguments before the call, so the
+    innermost call of an expression first). Nested function bodies and lambdas are left out:
+    they run when called, not here."""
+    out: list[CallSite] = []
+
+    def expr(e: ast.AST, cond: str, tests: tuple) -> None:
+        if isinstance(e, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return
+        if isinstance(e, ast.IfExp):
+            expr(e.test, cond, tests)
+            expr(e.body, cond_text(e.test), tests + ((e.test, False),))
+            expr(e.orelse, cond_text(e.test, negate=True), tests + ((e.test, True),))
+            return
+        for child in ast.iter_child_nodes(e):
+            expr(child, cond, tests)
+        if isinstance(e, ast.Call):
+            out.append(CallSite(e, cond, tests))
+
+    def block(stmts: list[ast.stmt], cond: str, tests: tuple) -> None:
+        for s in stmts:
+            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(s, ast.If):
+                expr(s.test, cond, tests)
+                block(s.body, cond_text(s.test), tests + ((s.test, False),))
+                block(s.orelse, cond_text(s.test, negate=True), tests + ((s.test, True),))
+            elif isinstance(s, (ast.For, ast.AsyncFor)):
+                expr(s.iter, cond, tests)
+                block(s.body, cond, tests)
+                block(s.orelse, cond, tests)
+            elif isinstance(s, ast.While):
+                expr(s.test, cond, tests)
+                block(s.body, cond, tests)
+                block(s.orelse, cond, tests)
+            elif isinstance(s, (ast.With, ast.AsyncWith)):
+                for item in s.items:
+                    expr(item.context_expr, cond, tests)
+                block(s.body, cond, tests)
+            elif isinstance(s, ast.Try) or type(s).__name__ == "TryStar":
+                block(s.body, cond, tests)
+                for h in s.handlers:
+                    block(h.body, cond, tests)
+                block(s.orelse, cond, tests)
+                block(s.finalbody, cond, tests)
+            elif isinstance(s, ast.Match):
+                expr(s.subject, cond, tests)
+                for case in s.cases:
+                    block(case.body, f"case {ast.unparse(case.pattern)}", tests)
+            else:
+                expr(s, cond, tests)
+
+    block(body, "", ())
+    return out
+
+
+@dataclass
+class _Hit:
+    kind: KernelKind
+    chain: tuple[ChainStep, ...]
+
+
+@dataclass
+class Callee:
+    """What one call site can run, sorted by how the tracer treats it."""
+
+    modules: list[Obj] = field(default_factory=list)  #: package module instances called
+    ext_modules: list[ExtObj] = field(default_factory=list)  #: ``nn.Linear``-like instances called
+    functions: list[Fn] = field(default_factory=list)  #: methods and functions
+    kernels: list[KernelKind] = field(default_factory=list)  #: kernel calls
+    unresolved: bool = False
+
+
+class OpTracer:
+    """Builds the ``OpTree`` of an entry class (see the module docstring)."""
+
+    def __init__(self, resolver: Resolver, table: KernelCalls, scope: tuple[str, ...]):
+        self.r = resolver
+        self.table = table
+        self.scope = scope
+        self._calls: dict[tuple, list[CallSite]] = {}
+        self._kernels: dict[tuple, list[_Hit]] = {}
+        self._busy: set[tuple] = set()
+        self._touches: dict[tuple, bool] = {}
+        self.visited: set[tuple] = set()  #: functions whose bodies the kernel search read
+        self.expanded: set[tuple] = set()  #: functions expanded as containers
+
+    # -- classification
+
+    def in_scope(self, module: str) -> bool:
+        return any(module == s or module.startswith(s + ".") for s in self.scope)
+
+    def calls(self, fn: Fn) -> list[CallSite]:
+        key = fn.fn.key
+        got = self._calls.get(key)
+        if got is None:
+            node = fn.fn.node
+            body = [ast.Return(value=node.body)] if isinstance(node, ast.Lambda) else node.body
+            got = self._calls[key] = calls_in_order(body)
+        return got
+
+    def frame(self, fn: Fn, call: ast.Call | None = None, caller: Frame | None = None) -> Frame:
+        args = None
+        if call is not None and caller is not None:
+            skip = fn.bound is not None or (fn.fn.cls is not None and "staticmethod" not in fn.fn.decorators)
+            args = Thunks(_bind_exprs(fn.fn, call, skip_self=skip), caller, self.r.site(caller.module, call))
+        return Frame(fn.fn, fn.fn.module, fn.bound, args, fn.closure)
+
+    def resolve_call(self, call: ast.Call, frame: Frame) -> Callee:
+        out = Callee()
+        values = self.r.callees(call, frame)
+        if isinstance(call.func, ast.Subscript) and not _is_index(call.func):
+            for v in values:  # a Triton launch ``kernel[grid](...)``
+                out.kernels.append(self.table.triton(v.fn.name, v.fn.qualname))
+            return out
+        for v in values:
+            if isinstance(v, Obj):
+                out.modules.append(v)
+            elif isinstance(v, ExtObj):
+                kind = self.table.classify(v.qual)
+                if kind is not None:
+                    out.ext_modules.append(v)
+            elif isinstance(v, Fn):
+                if is_triton_jit(v.fn):
+                    continue  # a jit function called without a grid is not a launch
+                out.functions.extend(self.r.method_alternatives(v))
+            elif isinstance(v, Ext):
+                kind = self.table.classify(v.qual)
+                if kind is not None:
+                    out.kernels.append(kind)
+        if not (out.modules or out.ext_modules or out.functions or out.kernels) and isinstance(call.func, ast.Attribute):
+            if all(isinstance(v, (Unknown, ExtObj)) or (isinstance(v, Ext) and v.qual.startswith("builtins.")) for v in values):
+                receivers = self.r.eval(call.func.value, frame)
+                if not any(isinstance(v, (Obj,)) for v in receivers):
+                    kind = self.table.tensor_method(call.func.attr)
+                    if kind is not None:
+                        out.kernels.append(kind)
+                if isinstance(call.func.value, ast.Name) and call.func.value.id == "self" and not out.kernels:
+                    out.unresolved = True
+        return out
+
+    def narrow(self, func: ast.expr, objs: list[Obj], tests, frame: Frame) -> list[Obj]:
+        """Type narrowing: under ``if isinstance(self.mlp, MoE)`` a call of ``self.mlp`` is a
+        ``MoE`` (and in the ``else``, not one)."""
+        text = ast.dump(func)
+        for test, negated in tests:
+            if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+                    and len(test.args) == 2 and ast.dump(test.args[0]) == text):
+                continue
+            kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+            classes = [v.cls for k in kinds for v in self.r.eval(k, frame) if hasattr(v, "cls") and isinstance(v.cls, ClassInfo)]
+            if not classes:
+                continue
+            kept = [o for o in objs if any(c in self.r.mro(o.cls) for c in classes) != negated]
+            objs = kept if kept else objs
+        return objs
+
+    def module_forwards(self, objs: list[Obj]) -> list[Fn]:
+        out = []
+        for o in objs:
+            for f in self.r.forward_of(o):
+                f.cond = f.cond or o.cond
+                out.append(f)
+        return out
+
+    # -- kernel search (the kernel-trace side)
+
+    def kernel_hits(self, fn: Fn) -> list[_Hit]:
+        key = (fn.fn.key, fn.bound.cls.qualname if fn.bound is not None else None)
+        if key in self._kernels:
+            return self._kernels[key]
+        if key in self._busy:
+            return []  # a cycle: what the function reaches is being collected further up
+        self._busy.add(key)
+        self.visited.add(fn.fn.key)
+        hits: dict[str, _Hit] = {}
+        try:
+            frame = self.frame(fn)
+            for cs in self.calls(fn):
+                step = ChainStep(call_label(cs.call), self.r.site(fn.fn.module, cs.call))
+                for h in self._call_hits(cs.call, frame):
+                    chain = h.chain + (step,)
+                    old = hits.get(h.kind.target)
+                    if old is None or len(chain) < len(old.chain):
+                        hits[h.kind.target] = _Hit(h.kind, chain)
+        finally:
+            self._busy.discard(key)
+        result = list(hits.values())
+        self._kernels[key] = result
+        return result
+
+    def _call_hits(self, call: ast.Call, frame: Frame) -> list[_Hit]:
+        c = self.resolve_call(call, frame)
+        out = [_Hit(k, ()) for k in c.kernels]
+        out += [_Hit(self.table.classify(m.qual), ()) for m in c.ext_modules]
+        for f in self.module_forwards(c.modules) + c.functions:
+            out += self.kernel_hits(f)
+        return out
+
+    # -- does library code hand work back to the model's modules?
+
+    def touches_model(self, fn: Fn, call: ast.Call | None, caller: Frame | None, depth: int = 0) -> bool:
+        """Does library code hand work back to modules the model built (``LayerCommunicator``
+        calling the layer's ``input_layernorm``, ``LogitsProcessor`` calling ``lm_head``)?
+        Followed ``MAX_TOUCH_DEPTH`` calls deep. The call's arguments are bound only where one
+        of them is such a module: elsewhere the answer does not depend on them."""
+        if depth > MAX_TOUCH_DEPTH:
+            return False
+        sensitive = call is not None and caller is not None and self.passes_model_module(call, caller)
+        memo = (fn.fn.key, fn.bound.key if fn.bound is not None else None)
+        if sensitive:
+            memo += (call, caller.args.key if caller.args is not None else None,
+                     caller.self_obj.key if caller.self_obj is not None else None)
+        got = self._touches.get(memo)
+        if got is None:
+            self._touches[memo] = False  # recursion guard
+            frame = self.frame(fn, call, caller) if sensitive else self.frame(fn)
+            got = self._touches[memo] = self._touches_model(fn, frame, depth)
+        return got
+
+    def _touches_model(self, fn: Fn, frame: Frame, depth: int) -> bool:
+        for cs in self.calls(fn):
+            c = self.resolve_call(cs.call, frame)
+            if any(self.model_module(o) and o is not fn.bound for o in c.modules):
+                return True
+            for f in c.functions:
+                if f.fn is not fn.fn and self.touches_model(f, cs.call, frame, depth + 1):
+                    return True
+        return False
+
+    def model_module(self, v: Value) -> bool:
+        """A module instance the model code itself constructed."""
+        return isinstance(v, Obj) and v.origin is not None and self.in_scope_path(v.origin.path)
+
+    def passes_model_module(self, call: ast.Call, frame: Frame) -> bool:
+        args = list(call.args) + [k.value for k in call.keywords]
+        return any(self.model_module(v) for a in args if isinstance(a, (ast.Name, ast.Attribute))
+                   for v in self.r.eval(a, frame))
+
+    def in_scope_path(self, path: str) -> bool:
+        mod = path[:-3].replace("/", ".").removesuffix(".__init__")
+        return self.in_scope(mod)
+
+    # -- the execution graph
+
+    def build(self, entry: ClassInfo) -> OpTree:
+        obj = self.r.make_obj(entry, None, None)
+        root = OpNode(f"{entry.name}.forward()", ROOT, entry.site, callee=f"{entry.qualname}.forward")
+        forwards = self.r.forward_of(obj)
+        root.callee_sites = tuple(f.fn.site for f in forwards)
+        if forwards:
+            self.expand(root, forwards[0], None, None, [forwards[0].fn.key])
+        return OpTree(entry.qualname, self.r.sources.label, root, self.scope)
+
+    def expand(self, node: OpNode, fn: Fn, call: ast.Call | None, caller: Frame | None, stack: list[tuple]) -> None:
+        """Fill ``node`` with the ops ``fn``'s body calls and the kernels it calls itself."""
+        self.expanded.add(fn.fn.key)
+        frame = self.frame(fn, call, caller)
+        op_site = node.site if node.kind == OP else None
+        direct: list[KernelSite] = []
+        for cs in self.calls(fn):
+            sub, cond = cs.call, cs.cond
+            site = self.r.site(fn.fn.module, sub)
+            c = self.resolve_call(sub, frame)
+            if c.modules and cs.tests:
+                c.modules = self.narrow(sub.func, c.modules, cs.tests, frame)
+            label = call_label(sub)
+            for k in c.kernels:
+                if not k.node:
+                    direct.append(self.kernel_site(k, (ChainStep(label, site),), op_site, node))
+            custom = [k for k in c.kernels if k.node]
+            if custom:
+                leaf = OpNode(label, OP, site, annotation(cond), callee=custom[0].target)
+                leaf.kernels = [self.kernel_site(k, (), site, leaf) for k in custom]
+                node.children.append(leaf)
+            targets = self.module_forwards(c.modules) + c.functions
+            if not targets and not c.ext_modules and not c.unresolved:
+                continue
+            child = OpNode(label, OP, site, annotation(cond), unresolved=c.unresolved and not targets and not c.ext_modules)
+            child.callee_sites = tuple(f.fn.site for f in targets)
+            child.callee_classes = tuple(dict.fromkeys(
+                [f.bound.cls.name for f in targets if f.bound is not None and f.fn.name in ("forward", "__call__")]
+                + [m.qual.split(".")[-1] for m in c.ext_modules]))
+            child.callee = targets[0].fn.qualname if targets else (c.ext_modules[0].qual if c.ext_modules else "")
+            for m in c.ext_modules:
+                child.kernels.append(self.kernel_site(self.table.classify(m.qual), (), site, child))
+            self.fill(child, targets, sub, frame, stack)
+            if child.children or child.kernels or c.modules or c.ext_modules or child.unresolved:
+                node.children.append(child)
+        node.kernels = direct + node.kernels
+        node.direct = len(direct)
+
+    def fill(self, child: OpNode, targets: list[Fn], call: ast.Call, frame: Frame, stack: list[tuple]) -> None:
+        """Expand or kernel-search each alternative callee of one op."""
+        expandable, leaves = [], []
+        for f in targets:
+            if f.fn.key in stack or len(stack) >= MAX_EXPAND_DEPTH:
+                child.recursive = child.recursive or f.fn.key in stack
+                leaves.append(f)
+            elif self.in_scope(f.fn.module.name) or self.touches_model(f, call, frame):
+                expandable.append(f)
+            else:
+                leaves.append(f)
+        leaf_kernels = 0
+        for f in leaves:
+            for h in self.kernel_hits(f):
+                child.kernels.append(self.kernel_site(h.kind, h.chain, child.site, child))
+                leaf_kernels += 1
+        if len(expandable) == 1 and not leaf_kernels:
+            self.expand(child, expandable[0], call, frame, stack + [expandable[0].fn.key])
+            return
+        for f in expandable:
+            owner = f.bound.cls.name if f.bound is not None else f.fn.module.name.split(".")[-1]
+            branch = OpNode(f"{owner}.{f.fn.name}()", BRANCH, child.site, annotation(f.cond), callee=f.fn.qualname,
+                            callee_sites=(f.fn.site,))
+            branch.callee_classes = (owner,) if f.fn.name in ("forward", "__call__") else ()
+            self.expand(branch, f, call, frame, stack + [f.fn.key])
+            if branch.children or branch.kernels:
+                child.children.append(branch)
+        if len(child.children) == 1 and child.children[0].kind == BRANCH and not leaf_kernels:
+            only = child.children[0]
+            child.children = only.children
+            child.kernels = only.kernels + child.kernels
+            child.direct = only.direct
+            child.callee_sites = only.callee_sites
+
+    def kernel_site(self, kind: KernelKind, chain: tuple[ChainStep, ...], op_site: Site | None, node: OpNode) -> KernelSite:
+        """A kernel of ``node``: the chain ends at the op's call site (one step for a kernel
+        called at the op itself)."""
+        if op_site is not None:
+            label = node.label if node.kind == OP else (chain[-1].label if chain else kind.name + "()")
+            if not chain or chain[-1].site != op_site:
+                chain = chain + (ChainStep(label, op_site),)
+        return KernelSite(kind.name, kind.target, kind.family, kind.category, chain, kind.aten)
+
+
+def model_kernel_sites(tracer: OpTracer) -> list[tuple[KernelKind, Site, str]]:
+    """The bottom-up side of the cross-validation: every custom-kernel call written in the model
+    modules the tree went through (kind, call site, enclosing function)."""
+    r = tracer.r
+    modules = sorted({key[0] for key in tracer.expanded if tracer.in_scope(key[0])})
+    out = []
+    for name in modules:
+        mod = r.module(name)
+        tree = r.tree(mod) if mod is not None else None
+        if tree is None:
+            continue
+        for fi in _functions(r, mod, tree):
+            fn = Fn(fi, r.make_obj(fi.cls, None, None, declared=True) if fi.cls is not None else None)
+            frame = tracer.frame(fn)
+            for cs in tracer.calls(fn):
+                c = tracer.resolve_call(cs.call, frame)
+                for k in c.kernels:
+                    if k.node:
+                        out.append((k, r.site(mod, cs.call), fi.qualname))
+    return out
+
+
+def _functions(r: Resolver, mod, tree: ast.Module) -> Iterator:
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield r.func_info(stmt, mod)
+        elif isinstance(stmt, ast.ClassDef):
+            ci = r.class_info(stmt, mod)
+            yield from ci.methods.values()

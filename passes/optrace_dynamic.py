@@ -1,0 +1,299 @@
+"""The dynamic cross-check of an op tree: run a tiny Hugging Face model on CPU under
+``torch.profiler`` (Python stacks on) and map every top-level aten op to a node of the static
+tree built from the installed ``modeling_<arch>.py``.
+
+An aten op's Python stack (the profiler's ``python_function`` parents: ``path(first line):
+name`` frames and ``nn.Module: Class_N`` markers) is walked from the outside in, down the
+tree: a frame whose function is the definition behind one of the current node's children
+moves to that child (siblings calling the same function are taken in execution order); frames
+of other code (``torch``, decorators' wrappers) are passed over. The op *agrees* when the walk
+explains the whole stack: it ends in a leaf op (whose implementation may call anything), or in
+the node whose own function made the aten call. An op whose stack passes through model code
+the tree does not have, or ends in an unexplained call, does not agree.
+
+torch and transformers are imported only here, and only when the check runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from layerc.ir.diagnostics import LayercError
+from layerc.ir.optree import BRANCH, OpNode, OpTree
+from layerc.passes.base import Context, ModulePass
+
+_FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
+#: the profiler's marker of a module's call: its class and a per-class counter in first-call order
+_MODULE = re.compile(r"^nn\.Module: (?P<cls>\w+?)_(?P<n>\d+)$")
+DYNAMIC_LAYERS = 2  #: decoder layers of the tiny model (a DeepSeek-V3 needs 2: one dense, one MoE)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One profiler ``python_function`` parent: a function (path relative to site-packages,
+    first line) or an ``nn.Module`` marker (class set)."""
+
+    event: int  #: which profiled call (the event object's identity while the profile is read)
+    path: str = ""
+    line: int = 0
+    func: str = ""
+    module_class: str = ""
+    module_attr: str = ""  #: the attribute the module is held in (``q_a_proj``; ``0`` in a ModuleList)
+
+
+@dataclass
+class AtenOp:
+    name: str
+    frames: tuple[Frame, ...]  #: outermost first
+
+
+@dataclass
+class Agreement:
+    """What the profiled run says about the static tree."""
+
+    arch: str
+    total: int  #: top-level aten ops under the model's forward
+    agreed: int
+    predicted: int  #: agreed ops whose aten name a kernel call site of their node names
+    by_node: dict[int, Counter] = field(default_factory=dict)  #: id(node) → aten name counts
+    disagreed: list[tuple[str, str]] = field(default_factory=list)  #: (aten op, where the walk stopped)
+    config: dict = field(default_factory=dict)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.agreed / self.total if self.total else 0.0
+
+    @property
+    def predicted_percent(self) -> float:
+        return 100.0 * self.predicted / self.agreed if self.agreed else 0.0
+
+    def to_dict(self, tree: OpTree) -> dict:
+        labels = {id(n): n for n, _ in tree.nodes()}
+        return {
+            "arch": self.arch, "config": self.config, "aten_ops": self.total, "agreed": self.agreed,
+            "agreement_pct": round(self.percent, 2), "predicted_by_kernel_sites_pct": round(self.predicted_percent, 2),
+            "per_op": [{"op": labels[k].label, "site": labels[k].site.to_dict() if labels[k].site else None,
+                        "aten": dict(sorted(v.items()))} for k, v in self.by_node.items()],
+            "disagreed": [{"aten": a, "where": w} for a, w in self.disagreed],
+        }
+
+
+@dataclass(frozen=True)
+class ProfileOps(ModulePass):
+    """Profile a tiny ``arch`` model (``layerc export-hf``'s configs) and map its aten ops to
+    the op tree (the tree must be the one of the installed ``modeling_<arch>.py``)."""
+
+    name: ClassVar[str] = "profile-ops"
+    arch: str = "llama"
+    layers: int = DYNAMIC_LAYERS
+
+    def apply(self, ctx: Context, module) -> None:
+        tree = module.need_tree(self.name)
+        given = ctx.inputs.get("model")  # a tool that built the model to find its source passes it on
+        model, config = given if given is not None else build_profiled_model(self.arch, self.layers)
+        ops = profile(model)
+        module.dynamic = agree(tree, ops, self.arch, config)
+
+
+def modeling_file(model) -> tuple[Path, str]:
+    """The source file of a built model's class and the class name: what the static tree of a
+    dynamic check is built from."""
+    cls = type(model)
+    return Path(sys.modules[cls.__module__].__file__), cls.__name__
+
+
+def build_profiled_model(arch: str, layers: int):
+    """A tiny random model of ``arch`` (see ``tools.export_hf``), attention and experts in
+    their eager implementations, so the Python that runs is the source the tree was built from."""
+    from importlib.util import find_spec
+
+    if find_spec("torch") is None or find_spec("transformers") is None:  # pragma: no cover - environment
+        raise LayercError("optrace --dynamic needs the [torch] extra: pip install 'layerc[torch]'")
+    from layerc.tools.export_hf import build_model
+
+    model = build_model(arch, layers)
+    experts = "default"
+    try:
+        if model._can_set_experts_implementation():
+            model.set_experts_implementation("eager")
+            experts = "eager"
+    except (AttributeError, ValueError):
+        pass
+    config = {"arch": arch, "layers": layers, "attn_implementation": "eager", "experts_implementation": experts,
+              "dtype": "float32", "device": "cpu"}
+    return model, config
+
+
+def profile(model, batch: int = 1, seq_len: int = 8) -> list[AtenOp]:
+    """One forward under ``torch.profiler`` with stacks; the top-level aten ops with their frames."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq_len), generator=gen)
+    with torch.no_grad():
+        with _first_calls(model) as names:  # warm-up: lazy initialisation stays out of the profile
+            model(input_ids=ids)
+        with torch_profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            model(input_ids=ids)
+    ops = []
+    for e in prof.events():
+        if not e.name.startswith("aten::"):
+            continue
+        frames, parent, nested = [], e.cpu_parent, False
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                nested = True
+                break
+            m = _MODULE.match(parent.name)
+            if m:
+                cls, n = m.group("cls"), int(m.group("n"))
+                held = names.get(cls, [])
+                attr = held[n].rsplit(".", 1)[-1] if n < len(held) else ""
+                frames.append(Frame(id(parent), module_class=cls, module_attr=attr))
+            else:
+                f = _FRAME.match(parent.name)
+                if f:
+                    frames.append(Frame(id(parent), f.group("path"), int(f.group("line")), f.group("func")))
+            parent = parent.cpu_parent
+        if not nested:
+            ops.append(AtenOp(e.name, tuple(reversed(frames))))
+    return ops
+
+
+@contextmanager
+def _first_calls(model):
+    """Class name → qualified names of its instances in the order of their first call (the
+    order in which the profiler numbers ``nn.Module: Linear_N``): so a marker tells which of
+    three ``Linear``s side by side ran, by the attribute it is held in."""
+    names: dict[str, list[str]] = {}
+
+    def hook(name: str):
+        def record(module, args):
+            seen = names.setdefault(type(module).__name__, [])
+            if name not in seen:
+                seen.append(name)
+        return record
+
+    handles = [mod.register_forward_pre_hook(hook(name)) for name, mod in model.named_modules()]
+    try:
+        yield names
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _attribute(label: str) -> str:
+    """``self.q_a_proj()`` → ``q_a_proj``: the attribute an op's call reads its module from."""
+    return label.removesuffix("()").rsplit(".", 1)[-1] if label.startswith("self.") else ""
+
+
+class _Walker:
+    """Maps stacks to nodes; remembers which child each profiled call went to."""
+
+    def __init__(self, tree: OpTree):
+        self.tree = tree
+        self.top = tuple(p + "/" for p in {s.split(".")[0] for s in tree.scope})
+        self.scope_paths = tuple(s.replace(".", "/") + "/" for s in tree.scope)
+        self.chosen: dict[int, OpNode] = {}
+        self.cursor: dict[tuple[int, int], int] = {}
+
+    def in_package(self, path: str) -> bool:
+        return path.startswith(self.top)
+
+    def in_model(self, path: str) -> bool:
+        return path.startswith(self.scope_paths)
+
+    @staticmethod
+    def sites(node: OpNode) -> set[tuple[str, int]]:
+        return {(s.path, s.line) for s in node.callee_sites}
+
+    def child_for(self, node: OpNode, parent_event: int, frame: Frame) -> OpNode | None:
+        if frame.event in self.chosen:
+            return self.chosen[frame.event]
+        if frame.module_class:
+            matches = [i for i, c in enumerate(node.children) if frame.module_class in c.callee_classes]
+            named = [i for i in matches if _attribute(node.children[i].label) == frame.module_attr]
+            matches = named or matches
+        else:
+            matches = [i for i, c in enumerate(node.children) if (frame.path, frame.line) in self.sites(c)]
+        if not matches:
+            return None
+        last = self.cursor.get((id(node), parent_event), -1)
+        pick = next((i for i in matches if i > last), matches[0])
+        self.cursor[(id(node), parent_event)] = pick
+        self.chosen[frame.event] = node.children[pick]
+        return node.children[pick]
+
+    def branch(self, node: OpNode, frame: Frame) -> OpNode:
+        """An op whose callee has alternatives (``DeepseekV3MoE`` | ``DeepseekV3MLP``): the
+        frame that enters one of them, or its module marker, picks the branch."""
+        for b in node.children:
+            if b.kind != BRANCH:
+                continue
+            if frame.module_class in b.callee_classes if frame.module_class else (frame.path, frame.line) in self.sites(b):
+                return b
+        return node
+
+    def walk(self, op: AtenOp) -> tuple[OpNode | None, str]:
+        """The node an aten op maps to, or None and where the walk stopped."""
+        node = self.tree.root
+        entered = False  # the root's own forward frame was seen
+        parent_event = -1
+        own = False  # the innermost model frame so far is the current node's own function
+        for frame in op.frames:
+            if not frame.module_class and not self.in_package(frame.path):
+                continue  # torch, the standard library
+            if entered and not node.children:
+                return node, ""  # inside a leaf op's implementation
+            if not frame.module_class and (frame.path, frame.line) in self.sites(node):
+                entered, own = True, True
+                parent_event = frame.event
+                node = self.branch(node, frame)
+                continue
+            if not entered:
+                continue  # wrappers above the entry's forward
+            child = self.child_for(node, parent_event, frame)
+            if child is None and frame.module_class:
+                continue  # a module whose forward frame decides
+            if child is None:
+                if self.in_model(frame.path):
+                    return None, f"{frame.path}:{frame.line} {frame.func} (not a child of {node.label})"
+                own = False  # a wrapper or helper outside the model code
+                continue
+            node, parent_event, own = self.branch(child, frame), frame.event, bool(not frame.module_class)
+            if frame.module_class and not node.callee_sites:
+                return node, ""  # an outside module (nn.Linear): a leaf
+        if node is self.tree.root and not entered:
+            return None, "outside the entry's forward"
+        if not node.children or own:
+            return node, ""
+        return None, f"an unexplained call below {node.label}"
+
+
+def agree(tree: OpTree, ops: list[AtenOp], arch: str, config: dict | None = None) -> Agreement:
+    walker = _Walker(tree)
+    result = Agreement(arch, 0, 0, 0, config=dict(config or {}))
+    model_ops = [op for op in ops if any(walker.in_package(f.path) for f in op.frames if not f.module_class)]
+    result.total = len(model_ops)
+    expected = {id(n): _expected_aten(n) for n, _ in tree.nodes()}
+    for op in model_ops:
+        node, where = walker.walk(op)
+        if node is None:
+            result.disagreed.append((op.name, where))
+            continue
+        result.agreed += 1
+        result.by_node.setdefault(id(node), Counter())[op.name] += 1
+        if op.name in expected[id(node)]:
+            result.predicted += 1
+    return result
+
+
+def _expected_aten(node: OpNode) -> set[str]:
+    return {a for k in node.kernels for a in k.aten}

@@ -1,0 +1,1271 @@
+"""What a name in model source stands for: a small abstract interpreter over Python ``ast``.
+
+The op tracer asks questions such as "what can ``self.mlp`` be in a ``DeepseekV2DecoderLayer``?"
+or "what does ``attention_interface`` call?". Answers are *sets of abstract values*:
+
+``Obj``     an instance of a package class (with the constructor call that made it, so
+            ``self.input_layernorm = input_layernorm`` resolves through the caller's argument)
+``ClsRef``  a package class;  ``Fn`` a package function or (bound) method;  ``ModRef`` a package module
+``Ext``     something outside the package (``torch.nn.functional.linear``, ``sgl_kernel.bmm_fp8``)
+``ExtObj``  an instance of an outside class (``torch.nn.Linear``)
+``Seq``     a list / ``nn.ModuleList`` / tuple;  ``DictV`` a dict literal;  ``Unknown`` anything else
+
+Values carry ``cond``, the source of the ``if`` (or conditional expression) under which they
+were assigned, so config- and dispatch-dependent alternatives can be labelled. Resolution
+follows ``__init__`` assignments through the MRO (mixins in other modules included),
+``super().__init__(...)`` arguments, imports (conditional ones give alternatives), function
+returns (with argument binding, bounded depth), annotations (a declared type also stands for
+its subclasses' overrides) and a few container idioms. It never imports or runs the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from layerc.grammar.pysource import SourceModule, SourceSet, first_line
+from layerc.ir.optree import Site
+
+MAX_CALL_DEPTH = 6  #: nested function-return evaluations
+_BUILTIN_SEQ = {"list", "tuple", "sorted", "reversed", "iter"}
+_MAPPING_GETTERS = ("__getitem__", "get", "pop", "setdefault")
+_MAPPING_BASES = ("dict", "OrderedDict", "collections.OrderedDict", "typing.OrderedDict", "UserDict")
+_CLASS_RX = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
+
+
+# -- values ------------------------------------------------------------------------------
+
+class Value:
+    __slots__ = ("cond",)
+
+    def __init__(self, cond: str = ""):
+        self.cond = cond
+
+    @property
+    def key(self) -> tuple:
+        raise NotImplementedError
+
+    def with_cond(self, cond: str) -> "Value":
+        if not cond or self.cond:
+            return self
+        clone = object.__new__(type(self))
+        for cls in type(self).__mro__:
+            for slot in getattr(cls, "__slots__", ()):
+                setattr(clone, slot, getattr(self, slot))
+        clone.cond = cond
+        return clone
+
+
+class _Named(Value):
+    """A value known by one string: ``Unknown`` (its source text), ``Ext`` (a qualified name
+    outside the package), ``ExtObj`` (an instance of an outside class), ``ModRef`` (a package
+    module)."""
+
+    __slots__ = ("qual",)
+    tag = ""
+
+    def __init__(self, qual: str, cond: str = ""):
+        super().__init__(cond)
+        self.qual = qual
+
+    @property
+    def key(self):
+        return (self.tag, self.qual)
+
+
+class Unknown(_Named):
+    __slots__ = ()
+    tag = "?"
+
+
+class Ext(_Named):
+    __slots__ = ()
+    tag = "ext"
+
+
+class ExtObj(_Named):
+    __slots__ = ()
+    tag = "extobj"
+
+
+class ModRef(_Named):
+    __slots__ = ()
+    tag = "mod"
+
+
+class ClsRef(Value):
+    __slots__ = ("cls",)
+
+    def __init__(self, cls: "ClassInfo", cond: str = ""):
+        super().__init__(cond)
+        self.cls = cls
+
+    @property
+    def key(self):
+        return ("cls", self.cls.qualname)
+
+
+class Obj(Value):
+    """An instance. ``declared``: known only from an annotation, so it may be any subclass."""
+
+    __slots__ = ("cls", "origin", "ctor", "declared", "attrs", "inits")
+
+    def __init__(self, cls: "ClassInfo", origin: Site | None, ctor: "Thunks | None", declared: bool, cond: str = ""):
+        super().__init__(cond)
+        self.cls = cls
+        self.origin = origin
+        self.ctor = ctor
+        self.declared = declared
+        self.attrs: dict[str, list[Value]] = {}
+        self.inits: list | None = None
+
+    @property
+    def key(self):
+        return ("obj", self.cls.qualname, self.origin, self.declared)
+
+
+class Fn(Value):
+    __slots__ = ("fn", "bound", "closure")
+
+    def __init__(self, fn: "FuncInfo", bound: Obj | None = None, closure: "Frame | None" = None, cond: str = ""):
+        super().__init__(cond)
+        self.fn = fn
+        self.bound = bound
+        self.closure = closure
+
+    @property
+    def key(self):
+        return ("fn", self.fn.key, self.bound.key if self.bound is not None else None)
+
+
+class Seq(Value):
+    """A sequence: ``elems`` any element; ``items`` per position when the length is known."""
+
+    __slots__ = ("elems", "items")
+
+    def __init__(self, elems: list[Value], items: list[list[Value]] | None = None, cond: str = ""):
+        super().__init__(cond)
+        self.elems = elems
+        self.items = items
+
+    @property
+    def key(self):
+        return ("seq", tuple(v.key for v in self.elems), len(self.items) if self.items is not None else -1)
+
+
+class DictV(Value):
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[tuple[object, list[Value]]], cond: str = ""):
+        super().__init__(cond)
+        self.entries = entries
+
+    @property
+    def key(self):
+        return ("dict", id(self))
+
+
+class SuperRef(Value):
+    __slots__ = ("cls", "obj")
+
+    def __init__(self, cls: "ClassInfo", obj: Obj | None):
+        super().__init__("")
+        self.cls = cls
+        self.obj = obj
+
+    @property
+    def key(self):
+        return ("super", self.cls.qualname, self.obj.key if self.obj is not None else None)
+
+
+def dedupe(values: Iterable[Value]) -> list[Value]:
+    seen: dict[tuple, Value] = {}
+    for v in values:
+        k = v.key
+        if k not in seen:
+            seen[k] = v
+        elif seen[k].cond and not v.cond:
+            seen[k] = v  # also reachable unconditionally
+    return list(seen.values())
+
+
+def known(values: list[Value]) -> list[Value]:
+    return [v for v in values if not isinstance(v, Unknown)]
+
+
+# -- program structure -------------------------------------------------------------------
+
+@dataclass(eq=False)
+class FuncInfo:
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    module: SourceModule
+    cls: "ClassInfo | None"
+    qualname: str
+
+    @property
+    def key(self) -> tuple:
+        return (self.module.name, self.node.lineno, self.node.col_offset)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.node, "name", "<lambda>")
+
+    @property
+    def site(self) -> Site:
+        n = self.node
+        first = first_line(n) if not isinstance(n, ast.Lambda) else n.lineno
+        return Site(self.module.path, first, n.col_offset + 1, getattr(n, "end_lineno", n.lineno) or n.lineno)
+
+    @property
+    def decorators(self) -> list[str]:
+        return [ast.unparse(d) for d in getattr(self.node, "decorator_list", [])]
+
+    @property
+    def is_property(self) -> bool:
+        return any(d in ("property", "cached_property", "functools.cached_property") for d in self.decorators)
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    node: ast.ClassDef
+    module: SourceModule
+    qualname: str
+    methods: dict[str, FuncInfo] = field(default_factory=dict)
+    body_assigns: dict[str, list[ast.expr]] = field(default_factory=dict)
+    annotations: dict[str, ast.expr] = field(default_factory=dict)
+    _self_assigns: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def site(self) -> Site:
+        return Site(self.module.path, self.node.lineno, self.node.col_offset + 1, self.node.end_lineno or self.node.lineno)
+
+
+@dataclass
+class Binding:
+    """One way a name gets its value in a scope."""
+
+    kind: str  #: def | class | import | importmod | assign | unpack | for | with | param | seqitem
+    node: ast.AST | None
+    cond: str = ""
+    index: int = -1  #: tuple-unpacking position
+    target: str = ""  #: for imports: the module (and name)
+
+
+@dataclass(eq=False)
+class Thunks:
+    """Arguments of one call, evaluated when first needed, in the caller's frame. ``key`` names
+    the calling context (this call site, the caller's ``self`` and the caller's own context),
+    so results that depend on arguments are cached per context, not per evaluation."""
+
+    exprs: dict[str, list[ast.expr]]
+    frame: "Frame"
+    site: Site
+
+    @property
+    def key(self) -> tuple:
+        f = self.frame
+        return (self.site, f.fn.key if f.fn is not None else None,
+                f.self_obj.key if f.self_obj is not None else None, f.args.key if f.args is not None else None)
+
+
+class Frame:
+    """A function's evaluation context: which function, ``self``, the call's arguments, the
+    enclosing frame (closures), and how deep in returns we are."""
+
+    __slots__ = ("fn", "module", "self_obj", "args", "parent", "depth", "cache", "busy")
+
+    def __init__(self, fn: FuncInfo | None, module: SourceModule | None = None, self_obj: Obj | None = None,
+                 args: Thunks | None = None, parent: "Frame | None" = None, depth: int = 0):
+        self.fn = fn
+        self.module = fn.module if fn is not None else module
+        self.self_obj = self_obj
+        self.args = args
+        self.parent = parent
+        self.depth = depth
+        self.cache: dict[str, list[Value]] = {}
+        self.busy: set[str] = set()
+
+
+def cond_text(test: ast.expr, negate: bool = False) -> str:
+    text = source_text(test)
+    if not negate:
+        return text
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return source_text(test.operand)
+    return f"not ({text})" if " " in text else f"not {text}"
+
+
+def scope_bindings(body: list[ast.stmt], conds: tuple[str, ...] = ()) -> Iterator[tuple[str, Binding]]:
+    """(name, binding) for every name a block binds, conditional blocks included; nested
+    function and class bodies are their own scopes and are not entered."""
+    cond = conds[-1] if conds else ""
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield stmt.name, Binding("def", stmt, cond)
+        elif isinstance(stmt, ast.ClassDef):
+            yield stmt.name, Binding("class", stmt, cond)
+        elif isinstance(stmt, ast.Import):
+            for a in stmt.names:
+                if a.asname:
+                    yield a.asname, Binding("importmod", stmt, cond, target=a.name)
+                else:
+                    top = a.name.split(".")[0]
+                    yield top, Binding("importmod", stmt, cond, target=top)
+        elif isinstance(stmt, ast.ImportFrom):
+            for a in stmt.names:
+                if a.name != "*":
+                    yield a.asname or a.name, Binding("import", stmt, cond, target=a.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if stmt.value is None:
+                continue
+            for t in targets:
+                yield from _target_bindings(t, stmt.value, cond)
+        elif isinstance(stmt, ast.AugAssign):
+            continue
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            yield from _target_bindings(stmt.target, stmt.iter, cond, kind="for")
+            yield from scope_bindings(stmt.body, conds)
+            yield from scope_bindings(stmt.orelse, conds)
+        elif isinstance(stmt, ast.If):
+            yield from scope_bindings(stmt.body, conds + (cond_text(stmt.test),))
+            yield from scope_bindings(stmt.orelse, conds + (cond_text(stmt.test, negate=True),))
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    yield from _target_bindings(item.optional_vars, item.context_expr, cond, kind="with")
+            yield from scope_bindings(stmt.body, conds)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            yield from scope_bindings(stmt.body, conds)
+            for h in stmt.handlers:
+                yield from scope_bindings(h.body, conds)
+            yield from scope_bindings(stmt.orelse, conds)
+            yield from scope_bindings(stmt.finalbody, conds)
+        elif isinstance(stmt, ast.While):
+            yield from scope_bindings(stmt.body, conds)
+        elif isinstance(stmt, ast.Match):
+            for case in stmt.cases:
+                yield from scope_bindings(case.body, conds + (f"case {ast.unparse(case.pattern)}",))
+        # walrus targets inside expressions
+        for sub in ast.walk(stmt) if isinstance(stmt, (ast.Expr, ast.Assign, ast.If, ast.Return)) else ():
+            if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
+                yield sub.target.id, Binding("assign", sub.value, cond)
+
+
+def _target_bindings(t: ast.expr, value: ast.expr, cond: str, kind: str = "assign") -> Iterator[tuple[str, Binding]]:
+    if isinstance(t, ast.Name):
+        yield t.id, Binding(kind, value, cond)
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        for i, el in enumerate(t.elts):
+            if isinstance(el, ast.Name):
+                yield el.id, Binding("unpack" if kind == "assign" else kind, value, cond, index=i)
+            elif isinstance(el, ast.Starred) and isinstance(el.value, ast.Name):
+                yield el.value.id, Binding(kind, None, cond)
+
+
+# -- the resolver ----------------------------------------------------------------------------
+
+class Resolver:
+    """Abstract values of expressions in the modules of one ``SourceSet`` (see module docstring).
+
+    ``packages``: the top-level packages that count as source (everything else is external).
+    """
+
+    def __init__(self, sources: SourceSet, packages: list[str] | None = None):
+        self.sources = sources
+        self.packages = tuple(packages or sources.top_packages())
+        self._globals: dict[str, dict[str, list[Binding]]] = {}
+        self._classes: dict[tuple, ClassInfo] = {}
+        self._funcs: dict[tuple, FuncInfo] = {}
+        self._objs: dict[tuple, Obj] = {}
+        self._global_cache: dict[tuple[str, str], list[Value]] = {}
+        self._global_busy: set[tuple[str, str]] = set()
+        self._locals: dict[tuple, dict[str, list[Binding]]] = {}
+        self._mro: dict[str, list[ClassInfo]] = {}
+        self._class_index: dict[str, list[tuple[str, str]]] | None = None
+        self._subclasses: dict[str, list[ClassInfo]] = {}
+        self._returns: dict[tuple, list[Value]] = {}
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
+
+    # ---- modules and definitions
+
+    def in_package(self, module: str) -> bool:
+        return module.split(".")[0] in self.packages
+
+    def module(self, name: str) -> SourceModule | None:
+        if not self.in_package(name):
+            return None
+        return self.sources.module(name)
+
+    def tree(self, mod: SourceModule) -> ast.Module | None:
+        """The module's ast; a module that does not parse is skipped with a warning (the entry
+        module's parse error is raised by the caller, which parses it first)."""
+        try:
+            return mod.tree
+        except Exception as e:  # a ParseError deep inside a package should not stop the trace
+            self.warn(f"skipped {mod.path}: {getattr(e, 'message', e)}")
+            return None
+
+    def warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            self.warnings.append(message)
+
+    def globals_of(self, mod: SourceModule) -> dict[str, list[Binding]]:
+        g = self._globals.get(mod.name)
+        if g is None:
+            g = {}
+            tree = self.tree(mod)
+            if tree is not None:
+                for name, b in scope_bindings(tree.body):
+                    g.setdefault(name, []).append(b)
+            self._globals[mod.name] = g
+        return g
+
+    def class_info(self, node: ast.ClassDef, mod: SourceModule, outer: str = "") -> ClassInfo:
+        key = (mod.name, node.lineno, node.col_offset)
+        ci = self._classes.get(key)
+        if ci is None:
+            qual = f"{mod.name}.{outer}{node.name}"
+            ci = ClassInfo(node, mod, qual)
+            self._classes[key] = ci
+            for stmt in node.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    ci.methods[stmt.name] = self.func_info(stmt, mod, ci)
+                elif isinstance(stmt, ast.Assign):
+                    for t in stmt.targets:
+                        if isinstance(t, ast.Name):
+                            ci.body_assigns.setdefault(t.id, []).append(stmt.value)
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    ci.annotations[stmt.target.id] = stmt.annotation
+                    if stmt.value is not None:
+                        ci.body_assigns.setdefault(stmt.target.id, []).append(stmt.value)
+        return ci
+
+    def func_info(self, node, mod: SourceModule, cls: ClassInfo | None = None, outer: str = "") -> FuncInfo:
+        key = (mod.name, node.lineno, node.col_offset)
+        fi = self._funcs.get(key)
+        if fi is None:
+            name = getattr(node, "name", "<lambda>")
+            qual = f"{cls.qualname}.{name}" if cls is not None else f"{mod.name}.{outer}{name}"
+            fi = FuncInfo(node, mod, cls, qual)
+            self._funcs[key] = fi
+        return fi
+
+    def find_class(self, module: str, name: str) -> ClassInfo | None:
+        mod = self.module(module)
+        if mod is None:
+            return None
+        for v in self.lookup_global(mod, name):
+            if isinstance(v, ClsRef):
+                return v.cls
+        return None
+
+    # ---- classes: MRO, members, subclasses
+
+    def bases(self, ci: ClassInfo) -> list[Value]:
+        out = []
+        frame = Frame(None, ci.module)
+        for b in ci.node.bases:
+            vals = known(self.eval(b, frame)) or [Unknown(ast.unparse(b))]
+            out.append(vals[0])
+        return out
+
+    def mro(self, ci: ClassInfo) -> list[ClassInfo]:
+        """C3 linearization over package classes (outside bases end the chain)."""
+        got = self._mro.get(ci.qualname)
+        if got is not None:
+            return got
+        self._mro[ci.qualname] = [ci]  # cycle guard
+        seqs = [self.mro(b.cls) for b in self.bases(ci) if isinstance(b, ClsRef)]
+        seqs = [list(s) for s in seqs if s] + [[b.cls for b in self.bases(ci) if isinstance(b, ClsRef)]]
+        result = [ci]
+        while any(seqs):
+            for s in seqs:
+                if not s:
+                    continue
+                head = s[0]
+                if not any(head in t[1:] for t in seqs):
+                    break
+            else:  # inconsistent hierarchy: fall back to depth-first order
+                for s in seqs:
+                    for c in s:
+                        if c not in result:
+                            result.append(c)
+                break
+            result.append(head)
+            seqs = [t[1:] if t and t[0] is head else t for t in seqs]
+        self._mro[ci.qualname] = result
+        return result
+
+    def external_bases(self, ci: ClassInfo) -> list[str]:
+        out = []
+        for c in self.mro(ci):
+            out += [b.qual for b in self.bases(c) if isinstance(b, Ext)]
+            out += [b.qual for b in self.bases(c) if isinstance(b, Unknown)]
+        return out
+
+    def lookup_method(self, ci: ClassInfo, name: str, after: ClassInfo | None = None) -> FuncInfo | None:
+        chain = self.mro(ci)
+        if after is not None and after in chain:
+            chain = chain[chain.index(after) + 1:]
+        for c in chain:
+            if name in c.methods:
+                return c.methods[name]
+        return None
+
+    def subclasses(self, ci: ClassInfo) -> list[ClassInfo]:
+        """Every package class deriving from ``ci`` (transitively), found by a text scan of the
+        package for ``class X(...Name...)`` and confirmed through the resolved bases."""
+        got = self._subclasses.get(ci.qualname)
+        if got is not None:
+            return got
+        self._subclasses[ci.qualname] = []
+        self._index()
+        found: list[ClassInfo] = []
+        for modname, name in self._class_index.get(ci.name, []):
+            sub = self.find_class(modname, name)
+            if sub is not None and sub is not ci and ci in self.mro(sub) and sub not in found:
+                found.append(sub)
+                found += [s for s in self.subclasses(sub) if s not in found]
+        self._subclasses[ci.qualname] = found
+        return found
+
+    def _index(self) -> None:
+        """Base name → (module, class) of every ``class X(...)`` in the packages (a text scan)."""
+        if self._class_index is not None:
+            return
+        self._class_index = {}
+        for top in self.packages:
+            for modname in self.sources.package_modules(top):
+                src = self.sources.module(modname)
+                if src is None:
+                    continue
+                for m in _CLASS_RX.finditer(src.text):
+                    for base in re.findall(r"[\w.]+", m.group(2)):
+                        self._class_index.setdefault(base.split(".")[-1], []).append((modname, m.group(1)))
+
+    def few_subclasses(self, ci: ClassInfo, limit: int = 64) -> bool:
+        """Whether a class has few enough direct subclass candidates (a text count, nothing
+        parsed) to search them all: a base every model derives from (a config) is not."""
+        self._index()
+        return len(self._class_index.get(ci.name, ())) <= limit
+
+    def self_assigns(self, ci: ClassInfo) -> dict[str, list[tuple[FuncInfo, Binding]]]:
+        """``self.X = ...`` in every method of the class, with the ``if`` they sit under."""
+        if ci._self_assigns is None:
+            out: dict[str, list[tuple[FuncInfo, Binding]]] = {}
+            for fi in ci.methods.values():
+                args = fi.node.args.args
+                if not args:
+                    continue
+                me = args[0].arg
+                for stmt, cond in _walk_stmts(fi.node.body):
+                    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                        for t in targets:
+                            for i, el in _flat_targets(t):
+                                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == me:
+                                    kind = "unpack" if i >= 0 else "assign"
+                                    out.setdefault(el.attr, []).append((fi, Binding(kind, stmt.value, cond, index=i)))
+            ci._self_assigns = out
+        return ci._self_assigns
+
+    # ---- objects
+
+    def make_obj(self, ci: ClassInfo, site: Site | None, ctor: Thunks | None, declared: bool = False, cond: str = "") -> Obj:
+        key = (ci.qualname, site, declared)
+        obj = self._objs.get(key)
+        if obj is None:
+            obj = self._objs[key] = Obj(ci, site, ctor, declared)
+        return obj.with_cond(cond) if cond else obj
+
+    def init_frames(self, obj: Obj) -> dict[str, Frame]:
+        """The ``__init__`` frames an instance's construction runs, by class: the constructor
+        call binds the first ``__init__``; each ``super().__init__(...)`` binds the next."""
+        if obj.inits is not None:
+            return obj.inits
+        obj.inits = {}
+        chain = self.mro(obj.cls)
+        args = obj.ctor
+        start = 0
+        super_call: tuple[ast.Call, Frame] | None = None
+        while True:
+            init = None
+            for i in range(start, len(chain)):
+                if "__init__" in chain[i].methods:
+                    init, start = chain[i].methods["__init__"], i + 1
+                    break
+            if init is None:
+                break
+            if super_call is not None:
+                call, caller = super_call
+                args = Thunks(_bind_exprs(init, call, skip_self=True), caller, self.site(caller.module, call))
+            frame = Frame(init, init.module, obj, args)
+            obj.inits[init.cls.qualname] = frame
+            args, super_call = None, None
+            for call in ast.walk(init.node):
+                if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+                        and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
+                        and call.func.value.func.id == "super"):
+                    super_call = (call, frame)
+                    break
+        return obj.inits
+
+    def attr_of_obj(self, obj: Obj, name: str) -> list[Value]:
+        if name in obj.attrs:
+            return obj.attrs[name]
+        obj.attrs[name] = []  # recursion guard
+        out = self._attr_in(obj, name, self.mro(obj.cls))
+        if obj.declared and not known(out) and self.few_subclasses(obj.cls):
+            # only a subclass defines it; methods found in the MRO get their subclasses'
+            # overrides where they are called (``method_alternatives``)
+            mro = self.mro(obj.cls)
+            out += self._attr_in(obj, name, [c for c in self.subclasses(obj.cls) if c not in mro])
+        obj.attrs[name] = dedupe(out)
+        return obj.attrs[name]
+
+    def _attr_in(self, obj: Obj, name: str, classes: list[ClassInfo]) -> list[Value]:
+        out: list[Value] = []
+        # What construction assigns is the module's state; other methods' assignments (mode
+        # switches such as ``enter_torch_compile``) count only where construction assigns nothing.
+        inits = self.init_frames(obj) if not obj.declared else {}
+        constructed, later = [], []
+        for c in classes:
+            for fi, b in self.self_assigns(c).get(name, []):
+                frame = inits.get(c.qualname) if fi.name == "__init__" else None
+                if frame is None:
+                    frame = Frame(fi, fi.module, obj)
+                got = [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+                (constructed if fi.name == "__init__" else later).extend(got)
+        out += constructed if known(constructed) else constructed + later
+        for c in classes:
+            if name in c.methods:
+                fi = c.methods[name]
+                owner = obj if c in self.mro(obj.cls) else self.make_obj(c, None, None, declared=True)
+                if fi.is_property:
+                    out += self.returns(Fn(fi, owner), None, Frame(None, c.module), 0)
+                elif "staticmethod" in fi.decorators:
+                    out.append(Fn(fi))
+                else:
+                    out.append(Fn(fi, owner))
+                break  # the MRO's first definition
+        for c in classes:
+            for expr in c.body_assigns.get(name, []):
+                out += self.eval(expr, Frame(None, c.module))
+            if name in c.annotations and not known(out):
+                out += self.declared(c.annotations[name], Frame(None, c.module))
+        return out
+
+    def declared(self, annotation: ast.expr | None, frame: Frame) -> list[Value]:
+        """Instances of the types an annotation names (``Optional[X]``, ``X | None``, ``"X"``)."""
+        if annotation is None:
+            return []
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return []
+        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+            return self.declared(annotation.left, frame) + self.declared(annotation.right, frame)
+        if isinstance(annotation, ast.Subscript):
+            head = ast.unparse(annotation.value).split(".")[-1]
+            inner = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+            if head in ("Optional", "Union"):
+                return [v for e in inner for v in self.declared(e, frame)]
+            if head in ("List", "list", "Sequence", "Tuple", "tuple", "Iterable"):
+                return [Seq([v for e in inner for v in self.declared(e, frame)])]
+            return []
+        out = []
+        for v in self.eval(annotation, frame):
+            if isinstance(v, ClsRef):
+                out.append(self.make_obj(v.cls, None, None, declared=True))
+            elif isinstance(v, Ext) and v.qual.split(".")[-1][:1].isupper():
+                out.append(ExtObj(v.qual))
+        return out
+
+    # ---- names
+
+    def lookup_global(self, mod: SourceModule, name: str) -> list[Value]:
+        key = (mod.name, name)
+        if key in self._global_cache:
+            return self._global_cache[key]
+        if key in self._global_busy:
+            return []
+        self._global_busy.add(key)
+        try:
+            out = []
+            frame = Frame(None, mod)
+            for b in self.globals_of(mod).get(name, []):
+                out += [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+            if not out and name == "__name__":
+                out = [Unknown(mod.name)]
+        finally:
+            self._global_busy.discard(key)
+        out = dedupe(out)
+        self._global_cache[key] = out
+        return out
+
+    def _binding_values(self, b: Binding, frame: Frame) -> list[Value]:
+        mod = frame.module
+        if b.kind == "def":
+            fi = self.func_info(b.node, mod, None, outer=_outer_prefix(frame))
+            return [Fn(fi, None, frame if frame.fn is not None else None)]
+        if b.kind == "class":
+            return [ClsRef(self.class_info(b.node, mod, outer=_outer_prefix(frame)))]
+        if b.kind == "importmod":
+            return [self.module_value(b.target)]
+        if b.kind == "import":
+            base = _import_base(b.node, mod)
+            return self.import_from(base, b.target)
+        if b.kind in ("assign", "with"):
+            return self.eval(b.node, frame) if b.node is not None else []
+        if b.kind == "unpack":
+            return self.unpack(self.eval(b.node, frame), b.index)
+        if b.kind == "for":
+            vals = self.eval(b.node, frame) if b.node is not None else []
+            elems = self.elements(vals)
+            return self.unpack(elems, b.index) if b.index >= 0 else elems
+        return []
+
+    def module_value(self, name: str) -> Value:
+        return ModRef(name) if self.module(name) is not None else Ext(name)
+
+    def import_from(self, module: str, name: str) -> list[Value]:
+        mod = self.module(module)
+        if mod is None:
+            return [Ext(f"{module}.{name}" if module else name)]
+        if name in self.globals_of(mod):
+            return self.lookup_global(mod, name)
+        sub = f"{module}.{name}"
+        if self.module(sub) is not None:
+            return [ModRef(sub)]
+        # ``from pkg import name`` where pkg re-exports by ``from .x import *``
+        for stmt in (self.tree(mod) or ast.Module(body=[])).body:
+            if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+                got = self.import_from(_import_base(stmt, mod), name)
+                if known(got):
+                    return got
+        return [Unknown(f"{module}.{name}")]
+
+    def name(self, ident: str, frame: Frame) -> list[Value]:
+        f: Frame | None = frame
+        while f is not None:
+            if f.fn is not None:
+                got = self._local(ident, f)
+                if got is not None:
+                    return got
+            f = f.parent
+        got = self.lookup_global(frame.module, ident) if frame.module is not None else []
+        if got:
+            return got
+        if hasattr(builtins, ident):
+            return [Ext(f"builtins.{ident}")]
+        return [Unknown(ident)]
+
+    def _local(self, ident: str, frame: Frame) -> list[Value] | None:
+        fi = frame.fn
+        if ident in frame.cache:
+            return frame.cache[ident]
+        if ident in frame.busy:
+            return []
+        params = _params(fi.node)
+        bindings = self.local_bindings(fi).get(ident)
+        if ident not in params and not bindings:
+            return None
+        frame.busy.add(ident)
+        try:
+            out: list[Value] = []
+            if ident in params:
+                out += self._param(ident, params[ident], frame)
+            for b in bindings or []:
+                out += [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+        finally:
+            frame.busy.discard(ident)
+        out = dedupe(out)
+        frame.cache[ident] = out
+        return out
+
+    def _param(self, ident: str, spec: tuple[int, ast.arg, ast.expr | None], frame: Frame) -> list[Value]:
+        index, arg, default = spec
+        fi = frame.fn
+        if index == 0 and fi.cls is not None and not isinstance(fi.node, ast.Lambda) and "staticmethod" not in fi.decorators:
+            if frame.self_obj is not None:
+                return [frame.self_obj]
+            if "classmethod" in fi.decorators:
+                return [ClsRef(fi.cls)]
+            return [self.make_obj(fi.cls, None, None, declared=True)]
+        if frame.args is not None and ident in frame.args.exprs:
+            out = []
+            for e in frame.args.exprs[ident]:
+                out += self.eval(e, frame.args.frame)
+            if known(out):
+                return out
+        out = self.declared(arg.annotation, frame_for_module(fi.module))
+        if default is not None and not (isinstance(default, ast.Constant) and default.value is None):
+            out += self.eval(default, frame_for_module(fi.module))
+        return out or [Unknown(ident)]
+
+    def local_bindings(self, fi: FuncInfo) -> dict[str, list[Binding]]:
+        got = self._locals.get(fi.key)
+        if got is None:
+            got = {}
+            if isinstance(fi.node, ast.Lambda):
+                body: list[ast.stmt] = []
+            else:
+                body = fi.node.body
+            for name, b in scope_bindings(body):
+                got.setdefault(name, []).append(b)
+            for comp in ast.walk(fi.node):  # comprehension variables, for ``[f(x) for x in xs]``
+                if isinstance(comp, ast.comprehension):
+                    for name, b in _target_bindings(comp.target, comp.iter, "", kind="for"):
+                        got.setdefault(name, []).append(b)
+            self._locals[fi.key] = got
+        return got
+
+    # ---- expressions
+
+    def site(self, mod: SourceModule, node: ast.AST) -> Site:
+        return Site(mod.path, node.lineno, node.col_offset + 1, getattr(node, "end_lineno", None) or node.lineno)
+
+    def eval(self, expr: ast.expr, frame: Frame) -> list[Value]:
+        try:
+            return dedupe(self._eval(expr, frame))
+        except RecursionError:
+            return [Unknown(ast.unparse(expr))]
+
+    def _eval(self, e: ast.expr, frame: Frame) -> list[Value]:
+        if isinstance(e, ast.Name):
+            return self.name(e.id, frame)
+        if isinstance(e, ast.Attribute):
+            out = []
+            for v in self.eval(e.value, frame):
+                out += self.attr(v, e.attr, e)
+            return out
+        if isinstance(e, ast.Call):
+            return self.call(e, frame)
+        if isinstance(e, ast.Subscript):
+            out = []
+            index = e.slice.value if isinstance(e.slice, ast.Constant) else None
+            for v in self.eval(e.value, frame):
+                out += self.subscript(v, index, isinstance(e.slice, ast.Slice), frame)
+            return out or [Unknown(ast.unparse(e))]
+        if isinstance(e, ast.IfExp):
+            return ([v.with_cond(cond_text(e.test)) for v in self.eval(e.body, frame)]
+                    + [v.with_cond(cond_text(e.test, True)) for v in self.eval(e.orelse, frame)])
+        if isinstance(e, ast.BoolOp):
+            return [v for x in e.values for v in self.eval(x, frame)]
+        if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+            items = [self.eval(x, frame) for x in e.elts if not isinstance(x, ast.Starred)]
+            star = [v for x in e.elts if isinstance(x, ast.Starred) for v in self.elements(self.eval(x.value, frame))]
+            return [Seq(dedupe([v for it in items for v in it] + star), None if star else items)]
+        if isinstance(e, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+            return [Seq(self.eval(e.elt, frame))]
+        if isinstance(e, ast.Dict):
+            entries = []
+            for k, v in zip(e.keys, e.values):
+                key = k.value if isinstance(k, ast.Constant) else None
+                entries.append((key, self.eval(v, frame)))
+            return [DictV(entries)]
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+            left, right = self.eval(e.left, frame), self.eval(e.right, frame)
+            seqs = [v for v in left + right if isinstance(v, Seq)]
+            if seqs:
+                return [Seq(dedupe([x for s in seqs for x in s.elems]))]
+            return [Unknown(ast.unparse(e))]
+        if isinstance(e, ast.Lambda):
+            fi = self.func_info(e, frame.module, None)
+            return [Fn(fi, None, frame)]
+        if isinstance(e, ast.NamedExpr):
+            return self.eval(e.value, frame)
+        if isinstance(e, ast.Await):
+            return self.eval(e.value, frame)
+        return [Unknown(_short(e))]
+
+    def attr(self, v: Value, name: str, node: ast.AST | None = None) -> list[Value]:
+        text = name if node is None else _short(node)
+        if isinstance(v, Obj):
+            got = self.attr_of_obj(v, name)
+            return got or [Unknown(text)]
+        if isinstance(v, ClsRef):
+            for c in self.mro(v.cls):
+                if name in c.methods:
+                    return [Fn(c.methods[name])]
+                if name in c.body_assigns:
+                    out = []
+                    for expr in c.body_assigns[name]:
+                        out += self.eval(expr, frame_for_module(c.module))
+                    return out
+            return [Unknown(text)]
+        if isinstance(v, SuperRef):
+            fi = self.lookup_method(v.obj.cls if v.obj else v.cls, name, after=v.cls)
+            if fi is not None:
+                return [Fn(fi, v.obj)]
+            return [Ext(f"super.{name}")]
+        if isinstance(v, ModRef):
+            mod = self.module(v.qual)
+            if mod is not None and name in self.globals_of(mod):
+                return self.lookup_global(mod, name)
+            return [self.module_value(f"{v.qual}.{name}")]
+        if isinstance(v, Ext):
+            return [Ext(f"{v.qual}.{name}")]
+        if isinstance(v, ExtObj):
+            return [Unknown(text)]
+        return [Unknown(text)]
+
+    def subscript(self, v: Value, index, is_slice: bool, frame: Frame) -> list[Value]:
+        if isinstance(v, Seq):
+            if is_slice:
+                return [v]
+            if isinstance(index, int) and v.items is not None and -len(v.items) <= index < len(v.items):
+                return v.items[index]
+            return v.elems
+        if isinstance(v, DictV):
+            exact = [vals for k, vals in v.entries if index is not None and k == index]
+            return exact[0] if exact else [x for _, vals in v.entries for x in vals]
+        if isinstance(v, Obj) and any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(v.cls)):
+            getitem = self.lookup_method(v.cls, "__getitem__")
+            if getitem is not None:
+                return self.returns(Fn(getitem, v), None, frame, 0)
+            return self.mapping_contents(v)
+        if isinstance(v, Ext):
+            return [Ext(v.qual)]  # ``torch.float32``-like; a subscripted typing alias stays external
+        return []
+
+    def mapping_contents(self, obj: Obj) -> list[Value]:
+        """The values a dict subclass was built from (its constructor's first argument)."""
+        if obj.ctor is None:
+            return []
+        exprs = next(iter(obj.ctor.exprs.values()), [])
+        out = []
+        for e in exprs:
+            for d in self.eval(e, obj.ctor.frame):
+                if isinstance(d, DictV):
+                    out += [x for _, vals in d.entries for x in vals]
+        return out
+
+    def elements(self, values: list[Value]) -> list[Value]:
+        out = []
+        for v in values:
+            if isinstance(v, Seq):
+                out += v.elems
+            elif isinstance(v, DictV):
+                out += [Unknown("key")]
+            elif isinstance(v, Obj):
+                it = self.lookup_method(v.cls, "__iter__")
+                if it is None:
+                    out += self.subscript(v, None, False, frame_for_module(v.cls.module))
+        return out
+
+    def unpack(self, values: list[Value], index: int) -> list[Value]:
+        out = []
+        for v in values:
+            if isinstance(v, Seq):
+                if v.items is not None and index < len(v.items):
+                    out += v.items[index]
+                elif v.items is None:
+                    out += v.elems
+        return out
+
+    def call(self, e: ast.Call, frame: Frame) -> list[Value]:
+        func = e.func
+        if isinstance(func, ast.Name) and func.id == "super" and frame.fn is not None and frame.fn.cls is not None:
+            return [SuperRef(frame.fn.cls, frame.self_obj)]
+        if isinstance(func, ast.Name) and func.id == "getattr" and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant):
+            out = []
+            for v in self.eval(e.args[0], frame):
+                out += known(self.attr(v, str(e.args[1].value)))
+            if len(e.args) > 2:
+                out += self.eval(e.args[2], frame)
+            return out or [Unknown(_short(e))]
+        if isinstance(func, ast.Attribute) and func.attr in _MAPPING_GETTERS:
+            got = self._mapping_get(func, e, frame)
+            if got:
+                return got
+        callees = self.eval(func, frame)
+        out: list[Value] = []
+        for c in callees:
+            out += self.call_value(c, e, frame)
+        return out or [Unknown(_short(e))]
+
+    def call_value(self, c: Value, e: ast.Call, frame: Frame) -> list[Value]:
+        mod = frame.module
+        if isinstance(c, ClsRef):
+            return [self.make_obj(c.cls, self.site(mod, e), Thunks(_bind_exprs(c.cls, e), frame, self.site(mod, e)), cond=c.cond)]
+        if isinstance(c, Fn):
+            if frame.depth >= MAX_CALL_DEPTH:
+                return [Unknown(_short(e))]
+            got = [v for alt in self.method_alternatives(c) for v in self.returns(alt, e, frame, frame.depth + 1)]
+            if known(got):
+                return got
+            return got + self._pass_through(e, frame)
+        if isinstance(c, Ext):
+            last = c.qual.split(".")[-1]
+            if c.qual in ("torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict") or (
+                    c.qual.startswith("builtins.") and last in _BUILTIN_SEQ):
+                return [Seq(self.elements([v for a in e.args for v in self.eval(a, frame)]))]
+            if c.qual in ("functools.partial", "builtins.staticmethod", "builtins.classmethod") and e.args:
+                return self.eval(e.args[0], frame)
+            if last[:1].isupper():
+                return [ExtObj(c.qual, c.cond)]
+            return self._pass_through(e, frame)
+        if isinstance(c, Unknown):
+            return self._pass_through(e, frame)
+        return []
+
+    def _mapping_get(self, func: ast.Attribute, e: ast.Call, frame: Frame) -> list[Value]:
+        """``super().__getitem__(key)`` / ``super().get(key, default)`` in a dict subclass: the
+        contents the mapping was built from (``ClassInstantier(ACT2CLS)``), plus the default."""
+        out = []
+        for v in self.eval(func.value, frame):
+            obj = v.obj if isinstance(v, SuperRef) else v if isinstance(v, Obj) else None
+            if obj is None or not any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(obj.cls)):
+                continue
+            if isinstance(v, Obj) and self.lookup_method(obj.cls, func.attr) is not None:
+                continue
+            out += self.mapping_contents(obj)
+            if func.attr == "get" and len(e.args) > 1:
+                out += self.eval(e.args[1], frame)
+        return out
+
+    def _pass_through(self, e: ast.Call, frame: Frame) -> list[Value]:
+        """What an unknown call may hand back: a function, class or list of modules given to it
+        (registries' ``get(key, default)``, wrappers such as ``offloader.wrap_modules(layers)``)."""
+        out = []
+        for a in list(e.args) + [k.value for k in e.keywords]:
+            if isinstance(a, (ast.Name, ast.Attribute, ast.GeneratorExp, ast.ListComp, ast.Lambda)):
+                out += [v for v in self.eval(a, frame) if isinstance(v, (Fn, ClsRef, Seq))]
+        return out
+
+    def returns(self, fn: Fn, call: ast.Call | None, caller: Frame | None, depth: int) -> list[Value]:
+        """The values a function call returns (its ``return`` expressions, arguments bound)."""
+        fi = fn.fn
+        if fi.cls is not None and fi.name == "__init__":
+            return []
+        memo = (fi.key, fn.bound.key if fn.bound is not None else None, call,  # the caller's context
+                caller.args.key if caller is not None and caller.args is not None else None,  # decides what
+                caller.self_obj.key if caller is not None and caller.self_obj is not None else None)  # it passes
+        if memo in self._returns:
+            return self._returns[memo]
+        self._returns[memo] = []  # recursion guard
+        self._returns[memo] = got = self._returns_of(fn, call, caller, depth)
+        return got
+
+    def _returns_of(self, fn: Fn, call: ast.Call | None, caller: Frame | None, depth: int) -> list[Value]:
+        fi = fn.fn
+        args = None
+        if call is not None and caller is not None:
+            args = Thunks(_bind_exprs(fi, call, skip_self=fn.bound is not None or _is_method(fi)), caller,
+                          self.site(caller.module, call))
+        frame = Frame(fi, fi.module, fn.bound, args, fn.closure, depth)
+        if isinstance(fi.node, ast.Lambda):
+            return self.eval(fi.node.body, frame)
+        out = []
+        for stmt, cond in _walk_stmts(fi.node.body, prune=lambda test: self.truth(test, frame)):
+            if isinstance(stmt, ast.Return) and stmt.value is not None:
+                out += [v.with_cond(cond) for v in self.eval(stmt.value, frame)]
+        return dedupe(out)
+
+    def truth(self, test: ast.expr, frame: Frame) -> bool | None:
+        """A condition's value when the types known here decide it (``isinstance(layer, FusedMoE)``
+        for a ``layer`` that is a ``LinearBase``), else None. Factories dispatch this way."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            t = self.truth(test.operand, frame)
+            return None if t is None else not t
+        if isinstance(test, ast.BoolOp):
+            values = [self.truth(v, frame) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if False in values else True if all(v is True for v in values) else None
+            return True if True in values else False if all(v is False for v in values) else None
+        if (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+                and len(test.args) == 2):
+            objs = self.eval(test.args[0], frame)
+            if not objs or not all(isinstance(o, Obj) and not o.declared for o in objs):
+                return None
+            kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+            classes = [v for k in kinds for v in self.eval(k, frame)]
+            if not all(isinstance(c, (ClsRef, Ext)) for c in classes):
+                return None
+            names = {c.qual for c in classes if isinstance(c, Ext)}
+            results = set()
+            for o in objs:
+                mro = self.mro(o.cls)
+                hit = any(isinstance(c, ClsRef) and c.cls in mro for c in classes)
+                if not hit and names:  # an outside class may be a base of this one
+                    ext = set(self.external_bases(o.cls))
+                    if ext & names:
+                        hit = True
+                    elif not ext <= {"torch.nn.Module", "builtins.object"}:
+                        return None
+                results.add(hit)
+            return results.pop() if len(results) == 1 else None
+        return None
+
+    # ---- calls as the op tracer sees them
+
+    def callees(self, call: ast.Call, frame: Frame) -> list[Value]:
+        """What a call invokes (not what it returns): ``self.mlp(...)`` → the module instance(s),
+        ``self.forward_prepare(...)`` → the bound method, ``bmm_fp8(...)`` → ``Ext``."""
+        func = call.func
+        if isinstance(func, ast.Subscript):  # ``kernel[grid](...)``: a Triton launch
+            return [v for v in self.eval(func.value, frame) if isinstance(v, Fn) and is_triton_jit(v.fn)]
+        return self.eval(func, frame)
+
+    def forward_of(self, obj: Obj) -> list[Fn]:
+        """What calling a module instance runs: ``__call__`` when a package class defines one,
+        else ``forward`` (and, for a declared type, every subclass's override)."""
+        out = []
+        for name in ("__call__", "forward"):
+            fi = self.lookup_method(obj.cls, name)
+            if fi is not None:
+                out.append(Fn(fi, obj))
+                break
+        if obj.declared:
+            for sub in self.subclasses(obj.cls):
+                fi = sub.methods.get("forward") or sub.methods.get("__call__")
+                if fi is not None:
+                    out.append(Fn(fi, self.make_obj(sub, None, None, declared=True)))
+        return out
+
+    def method_alternatives(self, fn: Fn) -> list[Fn]:
+        """A bound method on a declared (annotation-only) instance may be any subclass's override."""
+        if fn.bound is None or not fn.bound.declared or fn.fn.cls is None:
+            return [fn]
+        out = [fn]
+        for sub in self.subclasses(fn.bound.cls):
+            fi = sub.methods.get(fn.fn.name)
+            if fi is not None and fi is not fn.fn:
+                out.append(Fn(fi, self.make_obj(sub, None, None, declared=True)))
+        return out
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def frame_for_module(mod: SourceModule) -> Frame:
+    return Frame(None, mod)
+
+
+def is_triton_jit(fi: FuncInfo) -> bool:
+    return any(re.match(r"(triton\.)?(jit|autotune|heuristics)\b", d.split("(")[0].replace("tl.", "triton."))
+               or d.startswith("triton.") for d in fi.decorators)
+
+
+def _is_method(fi: FuncInfo) -> bool:
+    return fi.cls is not None and "staticmethod" not in fi.decorators
+
+
+def _outer_prefix(frame: Frame) -> str:
+    return f"{frame.fn.name}.<locals>." if frame.fn is not None else ""
+
+
+_TEXT: dict[int, tuple[ast.AST, str]] = {}
+
+
+def source_text(node: ast.AST) -> str:
+    """``ast.unparse`` on one line, cached per node (the resolver asks for the same ones often)."""
+    got = _TEXT.get(id(node))
+    if got is None or got[0] is not node:
+        got = _TEXT[id(node)] = (node, " ".join(ast.unparse(node).split()))
+    return got[1]
+
+
+def _short(node: ast.AST, limit: int = 80) -> str:
+    text = source_text(node)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _import_base(stmt: ast.ImportFrom, mod: SourceModule) -> str:
+    if not stmt.level:
+        return stmt.module or ""
+    parts = mod.package.split(".") if mod.package else []
+    if stmt.level > 1:
+        parts = parts[: len(parts) - (stmt.level - 1)]
+    if stmt.module:
+        parts.append(stmt.module)
+    return ".".join(parts)
+
+
+def _params(node) -> dict[str, tuple[int, ast.arg, ast.expr | None]]:
+    a = node.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    out = {arg.arg: (i, arg, d) for i, (arg, d) in enumerate(zip(positional, defaults))}
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out[arg.arg] = (len(out) + 1000, arg, d)
+    if a.vararg:
+        out[a.vararg.arg] = (-1, a.vararg, None)
+    if a.kwarg:
+        out[a.kwarg.arg] = (-1, a.kwarg, None)
+    return out
+
+
+def _bind_exprs(target, call: ast.Call, skip_self: bool = True) -> dict[str, list[ast.expr]]:
+    """Parameter name → argument expressions of ``call`` for ``target`` (a FuncInfo, a
+    ClassInfo — its ``__init__`` — or None: keep positions as ``#i``)."""
+    node = None
+    if isinstance(target, FuncInfo):
+        node = target.node
+    elif isinstance(target, ClassInfo):
+        init = target.methods.get("__init__")
+        node = init.node if init is not None else None
+        skip_self = True
+    out: dict[str, list[ast.expr]] = {}
+    names: list[str] = []
+    if node is not None:
+        a = node.args
+        names = [x.arg for x in a.posonlyargs + a.args]
+        if skip_self and names:
+            names = names[1:]
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        key = names[i] if i < len(names) else f"#{i}"
+        out.setdefault(key, []).append(arg)
+    for kw in call.keywords:
+        if kw.arg is not None:
+            out.setdefault(kw.arg, []).append(kw.value)
+    return out
+
+
+def _flat_targets(t: ast.expr) -> Iterator[tuple[int, ast.expr]]:
+    if isinstance(t, (ast.Tuple, ast.List)):
+        for i, el in enumerate(t.elts):
+            yield i, el
+    else:
+        yield -1, t
+
+
+def _walk_stmts(body: list[ast.stmt], cond: str = "", prune=None) -> Iterator[tuple[ast.stmt, str]]:
+    """Every statement of a function body (not of nested functions), with the innermost
+    condition it runs under. ``prune(test)`` may say a branch's test is statically True/False;
+    the branch that cannot run is left out (and code after a decided ``return`` too)."""
+    for stmt in body:
+        yield stmt, cond
+        if isinstance(stmt, ast.If):
+            truth = prune(stmt.test) if prune is not None else None
+            if truth is not False:
+                yield from _walk_stmts(stmt.body, cond_text(stmt.test), prune)
+            if truth is not True:
+                yield from _walk_stmts(stmt.orelse, cond_text(stmt.test, negate=True), prune)
+            if truth is True and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise)):
+                return
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            yield from _walk_stmts(stmt.body, cond, prune)
+            yield from _walk_stmts(getattr(stmt, "orelse", []), cond, prune)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            yield from _walk_stmts(stmt.body, cond, prune)
+            for h in stmt.handlers:
+                yield from _walk_stmts(h.body, cond, prune)
+            yield from _walk_stmts(stmt.orelse, cond, prune)
+            yield from _walk_stmts(stmt.finalbody, cond, prune)
+        elif isinstance(stmt, ast.Match):
+            for case in stmt.cases:
+                yield from _walk_stmts(case.body, f"case {ast.unparse(case.pattern)}", prune)

@@ -1,0 +1,1 @@
+from tinyllm.models.common.forward_methods import AttnForwardMethod, MLAForwardMixin

@@ -1,0 +1,67 @@
+"""``layerc optrace --dynamic``: the static tree of the installed transformers source against a
+profiled CPU run of a tiny model (the issue asks for at least 95% of aten ops to agree)."""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+
+import orjson
+import pytest
+
+from layerc.grammar.pysource import SourceSet
+from layerc.passes.base import Context
+from layerc.passes.optrace_dynamic import ProfileOps, agree, build_profiled_model, modeling_file, profile
+from layerc.passes.optrace_passes import OpTraceModule, TraceOps
+from layerc.tools.driver import main
+
+
+@lru_cache(maxsize=None)
+def run(arch: str):
+    """The static tree of an arch's modeling file, checked against a profiled run, and the
+    profiled aten ops (once per arch and test process)."""
+    model, config = build_profiled_model(arch, 2)
+    path, entry = modeling_file(model)
+    module = OpTraceModule(SourceSet(path), entry)
+    ctx = Context(inputs={"model": (model, config)})
+    TraceOps().apply(ctx, module)
+    ProfileOps(arch=arch).apply(ctx, module)
+    return module, profile(model), config
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3"])
+def test_static_and_dynamic_agree(arch, record_property):
+    module, _, config = run(arch)
+    a = module.dynamic
+    record_property(f"optrace {arch} agreement", f"{a.agreed}/{a.total} aten ops ({a.percent:.1f}%)")
+    assert a.total > 100
+    assert a.percent >= 95.0, a.disagreed[:10]
+    labels = {id(n): n.label for n, _ in module.tree.nodes()}
+    mapped = {labels[k]: c for k, c in a.by_node.items()}
+    assert mapped["self.q_proj()" if arch != "deepseek_v3" else "self.q_a_proj()"]["aten::linear"] == 2  # one per layer
+    assert mapped["attention_interface()"]["aten::matmul"] == 4
+    if arch != "llama":
+        assert config["experts_implementation"] == "eager"
+        assert sum(mapped["self.experts()"].values()) > 10
+
+
+def test_a_missing_op_shows_as_disagreement():
+    """The check can fail: drop apply_rotary_pos_emb from the tree and its aten ops no longer fit."""
+    module, ops, config = run("llama")
+    tree = copy.deepcopy(module.tree)
+    (attn,) = [n for n, _ in tree.nodes() if n.label == "self.self_attn()"]
+    attn.children = [c for c in attn.children if c.label != "apply_rotary_pos_emb()"]
+    a = agree(tree, ops, "llama", config)
+    rotary = [w for name, w in a.disagreed if "apply_rotary_pos_emb" in w]
+    assert len(rotary) >= 2 * 6 and a.percent < module.dynamic.percent  # 2 layers, several ops each
+
+
+def test_dynamic_cli_report(tmp_path, capsys):
+    out = tmp_path / "llama_op_traces.md"
+    assert main(["optrace", "--dynamic", "--arch", "llama", "-o", str(out), "--json", "--min-agreement", "95"]) == 0
+    assert "dynamic agreement 100.0%" in capsys.readouterr().err
+    text = out.read_text(encoding="utf-8")
+    assert "## Dynamic Cross-Check" in text and "✅ Agreement:" in text
+    doc = orjson.loads(out.with_suffix(".json").read_bytes())
+    assert doc["dynamic"]["agreement_pct"] >= 95 and doc["dynamic"]["config"]["attn_implementation"] == "eager"
+    assert doc["entry"] == "transformers.models.llama.modeling_llama.LlamaForCausalLM"

@@ -1,0 +1,140 @@
+"""``layerc optrace SOURCE --entry CLASS``: the op execution tree of a model from its source,
+each op's kernels with their call chains, and the cross-validation of seed 003 (automated).
+
+SOURCE is a package directory, one ``.py`` file inside its package, or a wheel (read as a zip,
+not installed). ``--dynamic --arch llama`` builds the tree from the installed transformers
+``modeling_<arch>.py`` instead and checks it against a profiled CPU run of a tiny model.
+The pipeline is ``trace-ops,cross-validate-kernels`` (``,profile-ops`` with ``--dynamic``);
+every output is computed before any is written, and each is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    from layerc.tools.export_hf import ARCHES
+
+    p.add_argument("source", nargs="?", metavar="PACKAGE_OR_FILE",
+                   help="model source: a package directory, a .py file in its package, or a wheel")
+    p.add_argument("--entry", metavar="CLASS", help="the model class whose forward is traced "
+                   "(CLASS, or package.module:CLASS when the package has several)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the op traces markdown here (default: stdout)")
+    p.add_argument("--json", nargs="?", const="", metavar="FILE",
+                   help="also write everything as JSON: to FILE, or beside -o with a .json suffix (stdout without -o)")
+    p.add_argument("--kernel-traces", metavar="FILE", help="also write the kernel traces markdown (each kernel's call chains)")
+    p.add_argument("--scope", metavar="PREFIX,...", help="module prefixes that are model code, expanded into sub-ops "
+                   "(default: the entry module's package)")
+    p.add_argument("--link-prefix", metavar="PREFIX", help="links are PREFIX + the file's path in the package "
+                   "(default: the file relative to the report; inside a wheel, the path in the wheel)")
+    p.add_argument("--title", help="report title (default: the entry class)")
+    p.add_argument("--dynamic", action="store_true", help="check the tree against a profiled CPU run of a tiny HF model")
+    p.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="with --dynamic: the model type (llama, qwen3_moe, deepseek_v3, ...)")
+    p.add_argument("--layers", type=int, default=2, metavar="N", help="with --dynamic: decoder layers of the tiny model (default 2)")
+    p.add_argument("--min-agreement", type=float, metavar="PCT", help="with --dynamic: exit 1 when fewer aten ops agree")
+    p.add_argument("--timing", action="store_true", help="report each pass's time on stderr")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the op tree after each pass, to stderr")
+    p.set_defaults(usage_error=p.error)
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    error = args.usage_error
+    if args.dynamic:
+        if args.source or args.entry:
+            error("--dynamic builds the tree from the installed transformers source: give --arch, not SOURCE or --entry")
+        if not args.arch:
+            error("--dynamic needs --arch")
+        if args.layers < 1:
+            error("--layers takes a whole number of 1 or more")
+    else:
+        if not args.source:
+            error("the following arguments are required: PACKAGE_OR_FILE (or --dynamic --arch ARCH)")
+        if not args.entry:
+            error("the following arguments are required: --entry")
+        for flag in ("arch", "min_agreement"):
+            if getattr(args, flag) is not None:
+                error(f"--{flag.replace('_', '-')} goes with --dynamic")
+
+
+def _progress(message: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"layerc: {message}\n")
+        sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from layerc.backends import optrace as report
+    from layerc.backends.files import write_atomic
+    from layerc.grammar.pysource import SourceSet
+    from layerc.ir.diagnostics import LayercError
+    from layerc.passes.base import Context
+    from layerc.passes.optrace_passes import CrossValidateKernels, OpTraceModule, TraceOps
+    from layerc.passes.pipeline import PassManager, timing_report
+
+    _check_usage(args)
+    ctx = Context()
+    passes = [TraceOps(), CrossValidateKernels()]
+    if args.dynamic:
+        from layerc.passes.optrace_dynamic import ProfileOps, build_profiled_model, modeling_file
+
+        _progress(f"building a tiny {args.arch} model")
+        model, config = build_profiled_model(args.arch, args.layers)
+        path, entry = modeling_file(model)
+        ctx.inputs["model"] = (model, config)
+        sources = SourceSet(path)
+        passes.append(ProfileOps(arch=args.arch, layers=args.layers))
+    else:
+        sources, entry = SourceSet(args.source), args.entry
+    scope = tuple(s.strip() for s in args.scope.split(",") if s.strip()) if args.scope else ()
+    module = OpTraceModule(sources, entry, scope)
+
+    def show(m: OpTraceModule) -> str:
+        lines = report.graph_lines(m.tree, lambda site: f"{site.path}#L{site.line}") if m.tree else []
+        return "\n".join(lines) + "\n"
+
+    manager = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=show, ir_stream=sys.stderr)
+    _progress(f"tracing {entry} in {sources.label}")
+    manager.run(ctx, module)
+    if args.timing:
+        sys.stderr.write(timing_report(manager.timings))
+    for w in ctx.warnings:
+        sys.stderr.write(f"layerc: warning: {w}\n")
+
+    tree = module.tree
+    out_dir = str(Path(args.output).resolve().parent) if args.output else None
+    link = report.linker(sources, out_dir, args.link_prefix)
+    title = args.title or tree.entry.rsplit(".", 1)[-1]
+    outputs: list[tuple[str | None, str | bytes]] = []
+    if args.kernel_traces:
+        k_dir = str(Path(args.kernel_traces).resolve().parent)
+        outputs.append((args.kernel_traces, report.kernel_traces_markdown(
+            tree, report.linker(sources, k_dir, args.link_prefix), title)))
+    markdown = report.op_traces_markdown(tree, module.validation, link, title, args.kernel_traces, module.dynamic)
+    json_path = args.json
+    if json_path == "" and args.output:
+        json_path = str(Path(args.output).with_suffix(".json"))
+    if json_path is not None:
+        import orjson
+
+        # compact: a DeepSeek tree has ~15,000 kernel chains, and indenting their index lists triples the file
+        data = orjson.dumps(report.report_json(tree, module.validation, module.dynamic)) + b"\n"
+        outputs.append((json_path or None, data))
+    if args.output or json_path is None:
+        outputs.insert(0, (args.output, markdown))
+    for path, data in outputs:
+        if path:
+            write_atomic(path, data)
+        else:
+            out = sys.stdout.buffer if isinstance(data, bytes) else sys.stdout
+            out.write(data)
+    v = module.validation
+    sys.stderr.write(f"layerc: {title}: {sum(1 for n, _ in tree.nodes() if n.kind == 'op')} op call sites, "
+                     f"{len(v.kernels)} kernels, {v.issues} cross-validation issues"
+                     + (f"; dynamic agreement {module.dynamic.percent:.1f}% of {module.dynamic.total} aten ops"
+                        if module.dynamic is not None else "") + "\n")
+    if module.dynamic is not None and args.min_agreement is not None and module.dynamic.percent < args.min_agreement:
+        raise LayercError(f"dynamic agreement {module.dynamic.percent:.1f}% is below --min-agreement {args.min_agreement}")
+    return 0
