@@ -22,6 +22,7 @@ that should have launched something) is listed in ``graph.meta["trace_unbound"]`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -35,6 +36,7 @@ from layerc.ir.trace import Trace
 from layerc.ir.types import TensorType
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.binding import NO, SignatureTable, align_many, align_one, signature_table
+from layerc.passes.kernel_tables import Classification
 
 PHASES = ("auto", "decode", "prefill")
 MATCHES = ("auto", "kernels", "ops")
@@ -130,16 +132,17 @@ def _us(ns) -> float:
 
 
 # -- kernels of a GPU trace --------------------------------------------------------------------------
-def pass_layers(trace: Trace, phase: str, replay: int) -> tuple[list[np.ndarray], dict]:
+def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | None = None) -> tuple[list[np.ndarray], dict]:
     """The kernels of one replay (decode) or one eager pass (prefill), split into decoder layers
-    by ``detect-layers`` (start order), and how they were chosen."""
+    by ``detect-layers`` (start order; ``cls``: the trace's classification, when made already),
+    and how they were chosen."""
     from layerc.passes.replays import layers_of, pick_replay
     from layerc.passes.trace_layers import by_pass, detect_layers
 
     k = trace.kernels
     if not len(k):
         raise LayercError("the trace has no kernels to bind", trace.source)
-    layers = detect_layers(trace)
+    layers = detect_layers(trace, cls=cls)
     if phase == "auto":
         phase = "decode" if trace.replays() else "prefill"
     if phase == "decode":
@@ -225,8 +228,7 @@ class _KernelAligner:
             return np.where(hit, SIGNATURE, np.where(typed, TYPE, NO))
 
         bonus = np.array([FIRST if s is not None else 0.0 for s in sigs])
-        owner = align_many(len(sigs), len(events), score, bonus, np.zeros(len(events)))
-        total = sum(float(score(i)[owner == i].sum() + bonus[i]) for i in set(owner[owner >= 0].tolist()))
+        owner, total = align_many(len(sigs), len(events), score, bonus, np.zeros(len(events)))
         return total, owner
 
     def kind(self, n: Node, kernel: int) -> str:
@@ -242,12 +244,13 @@ def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str
     into as many layers as the graph has, the layer's own kernels are aligned with the layer's ops;
     otherwise (hybrid models whose blocks do not repeat) the whole graph is aligned with the whole
     pass and the layer keeps what its ops got."""
-    split, how = pass_layers(trace, phase, replay)
     aligner = _KernelAligner(trace, table)
+    split, how = pass_layers(trace, phase, replay, aligner.cls)
     k = trace.kernels
     ops = [n for n in graph.nodes if n.kind == OP and not table.is_view(op_name(n.target or ""))]
     full = graph.meta.get("sliced_from")
-    if layer is None or full is None or len(split) == graph.meta.get("num_layers"):
+    graph_layers = len(full.meta.get("layers", ())) if full is not None else None
+    if layer is None or full is None or len(split) == graph_layers:
         if layer is not None and not 0 <= layer < len(split):
             raise LayercError(f"the {how['phase']} pass has {len(split)} layers; there is no layer {layer}", trace.source)
         idx = np.concatenate(split) if layer is None else split[layer]
@@ -268,7 +271,7 @@ def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str
             idx = everything[inside]
         else:
             idx = everything[:0]
-        how["layer_from"] = f"whole-graph alignment (detect-layers found {len(split)} layers, the graph has {graph.meta.get('num_layers')})"
+        how["layer_from"] = f"whole-graph alignment (detect-layers found {len(split)} layers, the graph has {graph_layers})"
 
     result = Binding()
     idx = idx[np.argsort(k.start[idx], kind="stable")]
@@ -333,6 +336,8 @@ def _node_dims(n: Node) -> tuple:
 
 
 def _flat_values(args) -> list[Value]:
+    """The values among ``args`` with repeats kept, as ``Input Dims`` lists them (``Node.inputs``
+    holds each value once)."""
     out = []
     for a in args:
         if isinstance(a, Value):
@@ -344,8 +349,6 @@ def _flat_values(args) -> list[Value]:
 
 def layer_span(trace: Trace, layer: int) -> tuple[int, int]:
     """The time span of decoder layer ``layer`` from the profile's ``nn.Module`` spans."""
-    import re
-
     m = trace.modules
     names = trace.strings.lookup(m.name).astype(str) if len(m) else np.array([], str)
     rx = re.compile(rf"nn\.Module: \w*(?:DecoderLayer|Block|Layer)_{layer}$")
@@ -380,24 +383,19 @@ def bind_profile_ops(graph: Graph, trace: Trace, layer: int | None) -> Binding:
         same = op_ids == node_ids[i]
         return np.where(same, 1.0 + (op_dims == node_dims[i]), NO)
 
-    owner = align_one(len(ops), len(top), score, np.zeros(len(top)))
-    if whole:  # back to the slice's own nodes; ops of other layers drop out
+    owner, _ = align_one(len(ops), len(top), score, np.zeros(len(top)))
+    if whole:  # back to the slice's own nodes: the ops from its first to its last bound one
         mine = {n.name: n for n in graph.nodes if n.kind == OP}
         keep = [r for r, n in enumerate(ops) if n.name in mine]
-        inside = np.isin(owner, keep)
-        if inside.any():
-            first, last = np.nonzero(inside)[0][[0, -1]]
-            window = np.arange(len(top))
-            window = (window >= first) & (window <= last)
-            top, owner = top[window], owner[window]
-        else:
-            top, owner = top[:0], owner[:0]
+        inside = np.nonzero(np.isin(owner, keep))[0]
+        window = np.zeros(len(top), bool)
+        if len(inside):
+            window[inside[0]:inside[-1] + 1] = True
+        top, op_dims = top[window], op_dims[window]
         row_of = {r: i for i, r in enumerate(keep)}
+        owner = np.array([row_of.get(int(o), -1) for o in owner[window]], np.int64)
         ops = [mine[ops[r].name] for r in keep]
-        node_ids = [node_ids[r] for r in keep]
         node_dims = [node_dims[r] for r in keep]
-        owner = np.array([row_of.get(int(o), -1) for o in owner], np.int64)
-        op_dims = op_dims[window] if inside.any() else op_dims[:0]
 
     # kernels launched by each outermost op (GPU profiles): through the op the launch ran in
     kernels_of: dict[int, list[int]] = {}

@@ -97,8 +97,8 @@ def _running_argmax(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def align_many(rows: int, events: int, score: Callable[[int], np.ndarray], bonus: np.ndarray,
-               unbound: np.ndarray) -> np.ndarray:
-    """Per event, the row (node) it is bound to, or -1.
+               unbound: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per event, the row (node) it is bound to, or -1; and the total score of that assignment.
 
     ``score(i)`` gives row i's score for every event (``NO`` where it cannot take it), ``bonus[i]``
     what row i earns for taking at least one event (so that like nodes share like kernels instead
@@ -109,10 +109,8 @@ def align_many(rows: int, events: int, score: Callable[[int], np.ndarray], bonus
     u_cum = np.concatenate(([0.0], np.cumsum(unbound)))
     prev = u_cum.copy()  # no rows: every event unbound
     starts = np.zeros((rows, events + 1), np.int32)
-    scores = []
     for i in range(rows):
         s = score(i)
-        scores.append(s)
         w_cum = np.concatenate(([0.0], np.cumsum(np.maximum(unbound, s))))
         first = np.where(s > NO, prev[:-1] + bonus[i] + s - w_cum[1:], NO)  # run starts at event m (0-based)
         best, at = _running_argmax(first)
@@ -128,17 +126,17 @@ def align_many(rows: int, events: int, score: Callable[[int], np.ndarray], bonus
         m = int(starts[i, j])
         if m == 0:
             continue
-        s = scores[i]
+        s = score(i)  # again, for the rows that took events: cheaper than keeping every row
         owner[m - 1] = i
         run = np.arange(m, j)
         owner[run[s[run] > unbound[run]]] = i
         j = m - 1
-    return owner
+    return owner, float(prev[-1])
 
 
-def align_one(rows: int, events: int, score: Callable[[int], np.ndarray], unbound: np.ndarray) -> np.ndarray:
-    """Per event, the row it is paired with (one event per row at most), or -1; maximal total
-    score, order kept."""
+def align_one(rows: int, events: int, score: Callable[[int], np.ndarray], unbound: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per event, the row it is paired with (one event per row at most), or -1, and the total
+    score, which is maximal; order kept."""
     u_cum = np.concatenate(([0.0], np.cumsum(unbound)))
     prev = u_cum.copy()
     back = np.zeros((rows, events + 1), np.int32)
@@ -160,4 +158,4 @@ def align_one(rows: int, events: int, score: Callable[[int], np.ndarray], unboun
             j = k - 1
         else:
             j = k
-    return owner
+    return owner, float(prev[-1])

@@ -305,7 +305,7 @@ def extract_layer(graph: Graph, layer: int) -> Graph:
     inside = set(members)
     out = Graph(graph.name)
     # sliced_from: the whole graph, for passes that need the program around the layer (bind-kernels)
-    out.meta.update(layer=layer, source_graph=graph.name, sliced_from=graph, num_layers=len(graph.meta.get("layers", ())))
+    out.meta.update(layer=layer, source_graph=graph.name, sliced_from=graph)
     mapping: dict[Value, Value] = {}
     for n in members:
         for v in n.inputs:

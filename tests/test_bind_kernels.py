@@ -55,10 +55,10 @@ scores_st = st.integers(1, 3).flatmap(lambda rows: st.integers(1, 5).flatmap(lam
 def test_align_many_is_optimal_and_keeps_order(case):
     scores, bonus, unbound = case
     rows, events = len(scores), len(scores[0])
-    owner = align_many(rows, events, lambda i: np.array(scores[i]), np.array(bonus), np.array(unbound))
+    owner, total = align_many(rows, events, lambda i: np.array(scores[i]), np.array(bonus), np.array(unbound))
     got = _score_of(owner.tolist(), scores, bonus, unbound, many=True)
     best = max(_score_of(list(o), scores, bonus, unbound, many=True) for o in itertools.product(range(-1, rows), repeat=events))
-    assert got > NO and got == pytest.approx(best)
+    assert got > NO and got == pytest.approx(best) and total == pytest.approx(best)
 
 
 @settings(max_examples=150, deadline=None)
@@ -66,10 +66,10 @@ def test_align_many_is_optimal_and_keeps_order(case):
 def test_align_one_is_optimal_and_one_to_one(case):
     scores, _, unbound = case
     rows, events = len(scores), len(scores[0])
-    owner = align_one(rows, events, lambda i: np.array(scores[i]), np.array(unbound))
+    owner, total = align_one(rows, events, lambda i: np.array(scores[i]), np.array(unbound))
     got = _score_of(owner.tolist(), scores, [0] * rows, unbound, many=False)
     best = max(_score_of(list(o), scores, [0] * rows, unbound, many=False) for o in itertools.product(range(-1, rows), repeat=events))
-    assert got > NO and got == pytest.approx(best)
+    assert got > NO and got == pytest.approx(best) and total == pytest.approx(best)
 
 
 # -- generated pairs ---------------------------------------------------------------------------------

@@ -363,15 +363,21 @@ def _ensure_vals(gm) -> int:
     return added
 
 
+def _input_ids(model):
+    """The token ids the export traces with (and the profile runs on): seeded, so both agree."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(0, model.config.vocab_size, (BATCH, SEQ_LEN), generator=gen)
+
+
 def export_graph_module(arch: str, layers: int, *, experts: str | None = None, dtype: str = "float32"):
     """(model, gm) for ``arch``: the unlifted, cleaned GraphModule of a tiny model."""
     import torch
 
     model = build_model(arch, layers, experts=experts, dtype=dtype)
-    gen = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ_LEN), generator=gen)
     with _autocast_noop(), torch.no_grad():
-        ep = torch.export.export(model, (), {"input_ids": input_ids}, strict=False)
+        ep = torch.export.export(model, (), {"input_ids": _input_ids(model)}, strict=False)
     gm = ep.module()
     _deduplicate_get_attrs(gm)
     _clean_up_assertions(gm)
@@ -590,13 +596,6 @@ PROFILE_FILENAME = "profile.json"
 NODE_MODULES_FILENAME = "node_modules.json"
 
 
-def _input_ids(model):
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    return torch.randint(0, model.config.vocab_size, (BATCH, SEQ_LEN), generator=gen)
-
-
 def profile_model(model, path: str | Path, *, annotate_modules: bool = True) -> None:
     """Run ``model`` once on the export's inputs under torch.profiler (CPU, shapes and module
     spans recorded) and write the Kineto trace to ``path``. ``annotate_modules`` wraps every
@@ -617,13 +616,14 @@ def profile_model(model, path: str | Path, *, annotate_modules: bool = True) -> 
                 open_ranges.pop().__exit__(None, None, None)
 
             handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
-    ids = _input_ids(model)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if next(model.parameters()).is_cuda else [])
+    device = next(model.parameters()).device
+    ids = _input_ids(model).to(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     try:
         with torch.no_grad():
-            model(input_ids=ids.to(next(model.parameters()).device))  # warm-up: lazy inits stay out of the profile
+            model(input_ids=ids)  # warm-up: lazy inits stay out of the profile
             with profile(activities=activities, record_shapes=True, with_stack=True, with_modules=True) as prof:
-                model(input_ids=ids.to(next(model.parameters()).device))
+                model(input_ids=ids)
     finally:
         for h in handles:
             h.remove()

@@ -22,10 +22,13 @@ import random
 import sys
 from pathlib import Path
 
+import orjson
+
 from layerc.backends.files import write_atomic
 from layerc.ir.graph import OP, Graph
 from layerc.ir.targets import op_name
 from layerc.passes.binding import signature_table
+from layerc.tools.args import fraction, positive_int
 
 #: (kernel, µs) of the noise a replay carries besides the graph's ops.
 NOISE = (
@@ -105,14 +108,14 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
     from layerc.passes.base import Context
     from layerc.passes.select_graph import SelectGraph
     from layerc.passes.slicing import SliceLayers
-    from layerc.tools.gen_trace import _Writer, truth_path
+    from layerc.tools.gen_trace import KinetoWriter, truth_path
 
     module = load(str(dump))
     SelectGraph().apply(Context(), module)
     SliceLayers().apply(Context(), module)
     graph = module.graphs[0]
     rng = random.Random(seed)
-    w = _Writer("deepseek_v3", "cuda", 1, seed, False)
+    w = KinetoWriter("deepseek_v3", "cuda", 1, seed, False)  # the model only names layer spans, which replays lack
     rows = []
     for r in range(replays):
         kernels = kernels_of_graph(graph, seed, noise=noise)
@@ -140,8 +143,6 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
         w.gpu = w.aux = end
         w.cpu = end + w.ns(rng.uniform(100, 300))
     path = Path(path)
-    import orjson
-
     write_atomic(path, orjson.dumps(w.document()))
     rows.sort(key=lambda k: (k["start"], k["stream"]))
     truth = {"path": str(path), "dump": str(module.source), "seed": seed, "replays": replays,
@@ -155,17 +156,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("dump", help="dump file or directory (e.g. from `layerc gen-dump`)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json or .json.gz)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--replays", type=int, default=1, metavar="N", help="decode replays to write (default 1)")
-    p.add_argument("--noise", type=float, default=0.06, metavar="P", help="chance of a fill/copy/unknown kernel after each kernel (default 0.06)")
+    p.add_argument("--replays", type=positive_int, default=1, metavar="N", help="decode replays to write (default 1)")
+    p.add_argument("--noise", type=fraction, default=0.06, metavar="P", help="chance of a fill/copy/unknown kernel after each kernel (default 0.06)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.replays < 1:
-        sys.stderr.write("layerc gen-kernels: error: --replays must be at least 1\n")
-        return 2
-    if not 0 <= args.noise <= 1:
-        sys.stderr.write("layerc gen-kernels: error: --noise must be between 0 and 1\n")
-        return 2
     truth = generate(args.dump, args.output, seed=args.seed, replays=args.replays, noise=args.noise)
     sys.stdout.write(f"{args.output}\n{truth['truth']}\n")
     return 0

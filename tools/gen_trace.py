@@ -269,7 +269,10 @@ def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int) -> tupl
 
 
 # -- writing -------------------------------------------------------------------------------------
-class _Writer:
+class KinetoWriter:
+    """A Kineto trace being written: its events (ops, launches, kernels, flows, graph launches),
+    the clocks of the host and the streams, and the truth rows; ``document()`` is the JSON."""
+
     def __init__(self, model: str, vendor: str, tp: int, seed: int, spans: bool):
         self.model, self.vendor, self.tp, self.spans = model, vendor, tp, spans
         self.rng = random.Random(seed)
@@ -507,7 +510,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     if depth < 1:
         raise ValueError("layers must be >= 1")
     t0 = time.perf_counter()
-    w = _Writer(model, vendor, tp, seed, ground_truth_spans)
+    w = KinetoWriter(model, vendor, tp, seed, ground_truth_spans)
     passes = []
     for index in range(prefill + decode):
         stage = "prefill" if index < prefill else "decode"

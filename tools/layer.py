@@ -14,6 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from layerc.tools.args import natural_int
+
 FORMATS = ("json", "dot", "png", "svg")
 
 
@@ -29,7 +31,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE", help="bind the kernels of this trace (nsys, Kineto; or a PyTorch profile of the exported model) to the layer's nodes")
     p.add_argument("--phase", choices=("auto", "decode", "prefill"), default="auto",
                    help="with --trace: a CUDA-graph replay (decode) or an eager pass (prefill) (default: decode when the trace has replays)")
-    p.add_argument("--replay", type=int, default=0, metavar="K", help="with --trace: which replay or eager pass (default 0)")
+    p.add_argument("--replay", type=natural_int, default=0, metavar="K", help="with --trace: which replay or eager pass (default 0)")
     p.add_argument("--match", choices=("auto", "kernels", "ops"), default="auto",
                    help="with --trace: bind GPU kernels by signature, or profiled aten ops by name and shape (default: decide from the trace)")
     p.add_argument("--timing", action="store_true", help="print how long each step took, to stderr")
@@ -64,8 +66,6 @@ def run(args: argparse.Namespace) -> int:
     if not outdir.is_dir():
         raise LayercError(f"output directory {outdir} does not exist", str(outdir))
 
-    if args.replay < 0:
-        args.usage_error("--replay must be 0 or more")
     passes = [SelectGraph(section=args.section or ""), TagWeights(pattern=args.pattern), SliceLayer(layer=args.layer), InferGroups()]
     if args.trace:
         from layerc.passes.bind_kernels import BindKernels

@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 
-from layerc.tools.simulate import _natural, _positive
+from layerc.tools.args import natural_int, positive_int
 
 #: device-name substrings → hardware presets (first match wins)
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("MI300X", "mi300x"))
@@ -33,19 +33,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     src.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="model_type; alone: export-hf's tiny config of it")
     src.add_argument("--preset", metavar="NAME", help="a model preset (layerc simulate --list-presets)")
     src.add_argument("--config", metavar="FILE", help="a Hugging Face config.json")
-    src.add_argument("--layer", type=_natural, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
+    src.add_argument("--layer", type=natural_int, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
     step = p.add_argument_group("the step")
     step.add_argument("--phase", choices=("prefill", "decode"), default="prefill",
                       help="prefill --n-tokens tokens (default), or decode one token over a cache of --n-tokens")
-    step.add_argument("--n-tokens", type=_positive, default=512, metavar="N", help="prompt length or KV cache length (default 512)")
-    step.add_argument("--batch", type=_positive, default=1, metavar="N", help="sequences (default 1)")
+    step.add_argument("--n-tokens", type=positive_int, default=512, metavar="N", help="prompt length or KV cache length (default 512)")
+    step.add_argument("--batch", type=positive_int, default=1, metavar="N", help="sequences (default 1)")
     step.add_argument("--attention", choices=("fused", "eager"), default="fused", help="fused (SDPA) or eager attention")
     run = p.add_argument_group("the run")
     run.add_argument("--device", default="cpu", metavar="cpu|cuda[:N]", help="where to run (default cpu)")
     run.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: float32 on CPU, bfloat16 on CUDA")
-    run.add_argument("--repeat", type=_positive, default=5, metavar="N", help="profiled runs; per-op times are their median (default 5)")
-    run.add_argument("--warmup", type=_natural, default=2, metavar="N", help="unprofiled runs first (default 2)")
-    run.add_argument("--threads", type=_positive, metavar="N", help="CPU threads for torch (default: torch's)")
+    run.add_argument("--repeat", type=positive_int, default=5, metavar="N", help="profiled runs; per-op times are their median (default 5)")
+    run.add_argument("--warmup", type=natural_int, default=2, metavar="N", help="unprofiled runs first (default 2)")
+    run.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
     run.add_argument("--hw", metavar="NAME|FILE|host", help="simulated hardware (default: host on CPU, the device's preset on CUDA)")
     run.add_argument("--no-check", action="store_true", help="skip checking the graph's output against transformers")
     out = p.add_argument_group("outputs")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layerc.tools.trace import _positive
+from layerc.tools.args import natural_int, positive_int
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -23,9 +23,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     shape = p.add_argument_group("the step")
     shape.add_argument("--phase", choices=("decode", "prefill"),
                        help="decode (default): one new token over a KV cache of --seq-len; prefill: --seq-len new tokens")
-    shape.add_argument("--seq-len", type=_positive, default=256, metavar="N", help="KV cache length (decode) or prompt length (prefill); default 256")
-    shape.add_argument("--batch", type=_positive, metavar="N", help="sequences per step (default 1)")
-    shape.add_argument("--layer", type=_natural, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
+    shape.add_argument("--seq-len", type=positive_int, default=256, metavar="N", help="KV cache length (decode) or prompt length (prefill); default 256")
+    shape.add_argument("--batch", type=positive_int, metavar="N", help="sequences per step (default 1)")
+    shape.add_argument("--layer", type=natural_int, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
     shape.add_argument("--attention", choices=("fused", "eager"),
                        help="fused (default): one flash-attention op; eager: scores, softmax, values as transformers' eager path")
     shape.add_argument("--dtype", choices=("model", "bfloat16", "float16", "float32", "fp8"),
@@ -35,7 +35,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     hw.add_argument("--engines", default="1", metavar="N|auto", help="engines to schedule on, or auto (default 1)")
     hw.add_argument("--launch-overhead", type=float, metavar="US", help="per-kernel overhead in µs (default: the preset's)")
     hw.add_argument("--mode", choices=("roofline", "no-overlap"), default="roofline", help="max of compute and memory time, or their sum")
-    hw.add_argument("--tp", type=_positive, default=1, metavar="N", help="tensor-parallel size, for collectives in dumps (default 1)")
+    hw.add_argument("--tp", type=positive_int, default=1, metavar="N", help="tensor-parallel size, for collectives in dumps (default 1)")
     out = p.add_argument_group("outputs")
     out.add_argument("-o", "--output", metavar="FILE", help="Perfetto timeline: .pftrace (protobuf) or .json (Chrome)")
     out.add_argument("--json", metavar="FILE", help="per-op costs and the schedule as JSON")
@@ -45,16 +45,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     out.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
     out.add_argument("--list-presets", action="store_true", help="list model and hardware presets and exit")
     p.set_defaults(usage_error=p.error)
-
-
-def _natural(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"takes a whole number of 0 or more, not {text!r}")
-    return value
 
 
 def load_module(args: argparse.Namespace):

@@ -13,22 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layerc.tools.args import positive_int
+
 
 def _layer_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"takes layer numbers such as 0,1,2, not {text!r}") from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"takes a whole number of 1 or more, not {text!r}")
-    return value
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -41,8 +33,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug-layers", type=_layer_list, metavar="N,N,...", help="list the kernels of these layers (first pass of each stage)")
     p.add_argument("--show-layer-terminal", action="store_true", help="one row per layer instead of one per layer kind")
     p.add_argument("--stage", choices=("prefill", "decode", "all"), default="all", help="only kernels of this stage")
-    p.add_argument("--top-n", type=_positive, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
-    p.add_argument("--num-layers", type=_positive, metavar="N", help="the model's num_hidden_layers, to check each pass against")
+    p.add_argument("--top-n", type=positive_int, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
+    p.add_argument("--num-layers", type=positive_int, metavar="N", help="the model's num_hidden_layers, to check each pass against")
     p.add_argument("--kernel-tables", metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
     p.add_argument("--timing", action="store_true", help="report each trace pass's time on stderr")
     p.add_argument("--json", metavar="FILE", help="write the totals and the layers as JSON")
