@@ -16,14 +16,14 @@ pytest.importorskip("transformers")
 from layerc.backends.torch_run import GraphRunner, layer_inputs, layer_weights, transformers_layer, transformers_output  # noqa: E402
 from layerc.grammar.decoder_layer import LayerShape, build_layer  # noqa: E402
 from layerc.grammar.hf_config import spec_from_dict  # noqa: E402
-from layerc.tools.export_hf import _BASE, ARCH_CONFIGS  # noqa: E402
+from layerc.tools.export_hf import tiny_config  # noqa: E402
 
 from layerc_cli import run_layerc  # noqa: E402
 from test_perfetto import replay, track_paths  # noqa: E402
 
 
 def tiny(arch: str):
-    return spec_from_dict({**_BASE, **ARCH_CONFIGS[arch], "model_type": arch, "num_hidden_layers": 2, "torch_dtype": "float32"},
+    return spec_from_dict({**tiny_config(arch), "model_type": arch, "num_hidden_layers": 2, "torch_dtype": "float32"},
                           f"tiny {arch}")
 
 

@@ -187,6 +187,11 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
 ARCHES: tuple[str, ...] = tuple(ARCH_CONFIGS)
 
 
+def tiny_config(arch: str) -> dict[str, Any]:
+    """The tiny config of ``arch`` as HF config keys (the shared base and the arch's overrides)."""
+    return {**_BASE, **ARCH_CONFIGS[arch]}
+
+
 def _require_torch() -> None:
     try:
         import torch  # noqa: F401
@@ -221,10 +226,7 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
         )
     if dtype not in DTYPES:
         raise LayercError(f"unknown --dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
-    kwargs = dict(_BASE)
-    kwargs.update(ARCH_CONFIGS[arch])
-    kwargs["num_hidden_layers"] = layers
-    config = AutoConfig.for_model(arch, **kwargs)
+    config = AutoConfig.for_model(arch, **{**tiny_config(arch), "num_hidden_layers": layers})
     torch.manual_seed(0)
     extra: dict[str, Any] = {}
     if experts is not None:

@@ -70,9 +70,9 @@ def _spec(args: argparse.Namespace):
     elif args.arch:
         if args.arch not in MODEL_TYPES:
             args.usage_error(f"--arch {args.arch} has no decoder-layer graph (supported: {', '.join(MODEL_TYPES)})")
-        from layerc.tools.export_hf import _BASE, ARCH_CONFIGS
+        from layerc.tools.export_hf import tiny_config
 
-        spec = spec_from_dict({**_BASE, **ARCH_CONFIGS[args.arch], "model_type": args.arch, "num_hidden_layers": 4},
+        spec = spec_from_dict({**tiny_config(args.arch), "model_type": args.arch, "num_hidden_layers": 4},
                               f"tiny {args.arch}")
     else:
         args.usage_error("give --preset, --config or --arch")
