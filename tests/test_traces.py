@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from layerc.grammar.kineto import read_kineto
 from layerc.grammar.nsys import GRAPH_MODE_WARNING, read_nsys
@@ -101,6 +103,57 @@ def test_chunked_decoding_equals_whole_file(shared):
                 assert (getattr(a.kernels, col) == getattr(b.kernels, col)).all()
             # string ids depend on the order strings were first seen; the strings must agree
             assert (a.strings.lookup(a.kernels.name) == b.strings.lookup(b.kernels.name)).all()
+
+
+_kernel_names = st.text(st.sampled_from(list('ab_:<>(), {}"[]\\')), min_size=1, max_size=24)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(_kernel_names, min_size=1, max_size=60), noise=st.integers(0, 40), bare=st.booleans(),
+       meta_after=st.booleans(), indent=st.sampled_from([None, 1]), zipped=st.booleans(), chunk=st.sampled_from([200, 1000, 1 << 18]))
+def test_any_layout_and_piece_size_reads_the_same_events(tmp_path, names, noise, bare, meta_after, indent, zipped, chunk):
+    """Kernels among other events, in a bare array or an object with the header before or after
+    the events, on one line or many, gzipped or not, decoded in pieces of any size; kernel names
+    full of the braces, commas and quotes a piece boundary is searched by."""
+    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": 1000.5 + 3 * i, "dur": 2.25,
+               "args": {"correlation": 50 + i, "stream": 7, "device": 0, "grid": [i + 1, 1, 1]}} for i, n in enumerate(names)]
+    for j in range(noise):  # flows and instants between the kernels
+        events.insert((j * 7) % (len(events) + 1), {"ph": "s" if j % 2 else "i", "cat": "ac2g", "name": "}, {", "id": j, "ts": 1.0})
+    header = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU [0], {x}"}]}
+    doc = events if bare else ({"traceEvents": events, **header} if meta_after else {**header, "traceEvents": events})
+    text = json.dumps(doc, indent=indent).encode()
+    path = tmp_path / ("t.json.gz" if zipped else "t.json")
+    path.write_bytes(gzip.compress(text) if zipped else text)
+    t = read_kineto(path, chunk=chunk)
+    assert list(t.strings.lookup(t.kernels.name)) == names
+    assert (t.kernels.start == 1_000_500 + 3000 * np.arange(len(names))).all() and (t.kernels.duration == 2250).all()
+    assert (t.kernels.correlation == 50 + np.arange(len(names))).all() and (t.kernels.grid_x == 1 + np.arange(len(names))).all()
+    assert t.meta["events"] == len(events) and t.meta["flows"] == noise
+    assert t.devices == ({} if bare else {0: "GPU [0], {x}"})
+
+
+def test_errors_are_located_in_the_file_whatever_the_piece(tmp_path):
+    """A one-line trace read in pieces: the column counts from the line's start, not the piece's;
+    a wrong field names its event by its index in the whole array."""
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": i, "dur": 1} for i in range(400)]
+    good = json.dumps({"traceEvents": events})
+    at = good.index('"ts": 300,') + len('"ts": ')
+    (tmp_path / "bad.json").write_text(good[:at] + "@" + good[at + 1 :])
+    (tmp_path / "field.json").write_text(good.replace('"name": "k321"', '"name": 321'))
+    lines = json.dumps({"traceEvents": events}, indent=1).split("\n")
+    line = next(i for i, text in enumerate(lines) if '"ts": 300,' in text)
+    lines[line] = lines[line].replace('"ts": 300,', '"ts": @00,')
+    (tmp_path / "lines.json").write_text("\n".join(lines))
+    for chunk in (500, 4000, 1 << 18):
+        with pytest.raises(ParseError) as e:
+            read_kineto(tmp_path / "bad.json", chunk=chunk)
+        assert e.value.loc == (1, at + 1) and "invalid character" in e.value.message
+        with pytest.raises(ParseError) as e:
+            read_kineto(tmp_path / "lines.json", chunk=chunk)
+        assert e.value.loc == (line + 1, lines[line].index("@") + 1)
+        with pytest.raises(ParseError) as e:
+            read_kineto(tmp_path / "field.json", chunk=chunk)
+        assert "$.traceEvents[321].name" in e.value.message
 
 
 def test_concatenated_gzip_members_read_as_one_stream(shared, tmp_path):

@@ -64,7 +64,7 @@ def _best(which: str, path: str, repeat: int) -> dict:
     return best
 
 
-def bench_traces(shared: Path, repeat: int = 3) -> list[dict]:
+def bench_traces(shared: Path, repeat: int = 5) -> list[dict]:
     rows = []
     have_hta = shutil.which(sys.executable) and _has("hta")
     tmp = Path(tempfile.mkdtemp(prefix="layerc-bench-traces-"))
