@@ -204,8 +204,7 @@ def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
 
 def _piece(at: int, chunk: int) -> int:
     """Bytes of text to decode next: a quarter of what has been read, from 64 KB up to ``chunk``.
-    Memory stays a fraction of a small trace's text, and a big one is read in few pieces (each
-    piece costs a fixed ~0.1 ms of column building)."""
+    Memory stays a fraction of a small trace's text, and a big one is read in few pieces."""
     return min(chunk, max(1 << 16, at // 4))
 
 
