@@ -6,9 +6,10 @@ calls that format legacy: no interning, µs timestamps; keep it for tools that w
 
 Layout (both formats):
 
-* one process per device, ``GPU 0: NVIDIA H100 80GB HBM3``, with child tracks: first one per kind
-  of parent span (``spans=``: ``layers``, ``graph replays``... one track each, so a layer span and a
-  replay span never have to nest in one another), then ``gpu annotations`` (Kineto's
+* one process per device, ``GPU 0: NVIDIA H100 80GB HBM3`` (``CPU 0: ...`` for a layer profiled
+  on the host: ``Trace.device_kinds``), with child tracks: first one per kind of parent span
+  (``spans=``: ``layers``, ``graph replays``... one track each, so a layer span and a replay span
+  never have to nest in one another), then ``gpu annotations`` (Kineto's
   ``gpu_user_annotation``), then one track per stream (``stream 7``) holding kernels, memcpys and
   memsets. Lined up one under the other, a kernel sits under its layer and replay spans.
 * one process per host pid, ``host process 1234``, a thread track per tid holding runtime/driver
@@ -609,9 +610,10 @@ def _device_label(t: Trace, d, devices: set) -> str:
     name = t.devices.get(d)
     if name is None and len(t.devices) == 1 and len({x for x in devices if x is not None}) == 1:
         name = next(iter(t.devices.values()))  # ROCm traces number the one device differently
+    kind = t.device_kinds.get(d, "GPU")
     if d < 0:
-        return "GPU ?" + (f": {name}" if name else "")
-    return f"GPU {d}: {name}" if name else f"GPU {d}"
+        return f"{kind} ?" + (f": {name}" if name else "")
+    return f"{kind} {d}: {name}" if name else f"{kind} {d}"
 
 
 def _i32(x: int) -> int:

@@ -248,6 +248,8 @@ class Trace:
     modules: Modules = field(default_factory=Modules.empty)
     #: device id → name; capture facts (``cuda_graph_mode``, ``schema_version``...); warnings.
     devices: dict[int, str] = field(default_factory=dict)
+    #: device id → what it is where it is not a GPU (``"CPU"`` for a layer profiled on the host).
+    device_kinds: dict[int, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 

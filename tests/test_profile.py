@@ -81,6 +81,8 @@ def test_profile_on_cpu(tmp_path, record_property):
               and layer["ts"] <= x["ts"] and x["ts"] + x["dur"] <= layer["ts"] + layer["dur"]]
     assert len(inside) == len(rows)  # each run's ops lie inside its layer span
     assert any(p[0].startswith("host process") for p in paths.values())  # the profiler's own CPU ops
+    layer_process = paths[layer["track"]][0]
+    assert layer_process.startswith("CPU 0: ") and not any(p[0].startswith("GPU") for p in paths.values())
 
 
 def test_profile_decode_moe_mla_against_a_preset(tmp_path):

@@ -303,6 +303,8 @@ def write_trace(result: Result, path: str) -> None:
     trace = result.trace
     if not trace.devices:
         trace.devices[device] = f"{hw.name}, profiled"
+    if result.device == "cpu":
+        trace.device_kinds[device] = "CPU"
     spans = []
     errors = result.errors()
     for r, (start, end) in enumerate(result.layer_ranges):
