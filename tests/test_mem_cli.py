@@ -59,6 +59,10 @@ def test_log_with_two_kernels_selection_json_and_ir(tmp_path, capsys):
     assert "// -----// IR Dump After mem-liveness{arch=sm103} //----- //" in err and "Execution time report" in err
     rc, out, err = _mem(capsys, log, "--kernel", "nope")
     assert rc == 1 and "no kernel 'nope'" in err and "0:_attn_bwd, 1:_attn_fwd_like" in err
+    rc, out, err = _mem(capsys, log, "-o", tmp_path / "both", "--combine")
+    assert rc == 0, err
+    pages = {n: Image.open(tmp_path / "both" / f"{n}.png") for n in ("_attn_bwd.all", "_attn_fwd_like.all", "all")}
+    assert pages["all"].height > 0.9 * (pages["_attn_bwd.all"].height + pages["_attn_fwd_like.all"].height)
     rc, out, err = _mem(capsys, log, "--kernel", "0", "-o", tmp_path / "o", "--no-render")
     assert rc == 0 and sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "_attn_bwd.combined_graph.dot", "_attn_bwd.smem_liveness.dot", "_attn_bwd.tmem_liveness.dot", "memory.json", "memory.pftrace"]

@@ -4,8 +4,9 @@
 Reads a ``TRITON_DUMP_WS_GRAPHS`` directory or a ``TRITON_LLVM_DEBUG_ONLY=nvgpu-ws-memory-planner``
 log, runs ``mem-liveness`` and ``mem-check`` (or ``--passes``), prints a summary per kernel and
 every finding, and with ``-o`` writes per kernel: the clean DOT of each graph and its pictures
-(Graphviz), a liveness chart, with ``--combine`` all of them stacked into one PNG; for the whole
-input a JSON report and a Perfetto trace. Exit status 1 when a check reports an error (with
+(Graphviz), a liveness chart, with ``--combine`` all of them stacked into one PNG (and, when the
+input has several kernels, every kernel's into ``all.png``); for the whole input a JSON report and
+a Perfetto trace. Exit status 1 when a check reports an error (with
 ``--werror``, a warning too).
 """
 
@@ -42,7 +43,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="capacity to hold the peaks against (default auto: sm100 when there is TMEM, else sm90)")
     p.add_argument("--kernel", action="append", metavar="NAME|INDEX", help="only these kernels (repeatable)")
     p.add_argument("--format", type=_formats, default=("png",), metavar="png,svg", help="picture formats (default png)")
-    p.add_argument("--combine", action="store_true", help="also stack each kernel's pictures, labelled, into <kernel>.all.png")
+    p.add_argument("--combine", action="store_true",
+                   help="also stack each kernel's pictures, labelled, into <kernel>.all.png, and with several kernels all of them into all.png")
     p.add_argument("--no-render", action="store_true", help="write DOT, JSON and Perfetto only (no Graphviz, no chart)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
     p.add_argument("--werror", action="store_true", help="exit 1 on warnings too")
@@ -140,6 +142,7 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
         write_atomic(out / name, data)
         written.append(str(out / name))
 
+    every: list[tuple[str, bytes]] = []  # all kernels' pictures, for --combine's one page
     for k, stem in zip(module.kernels, kernel_stems(module)):
         pictures: list[tuple[str, bytes]] = []
         for kind in ("smem", "tmem", "combined"):
@@ -175,6 +178,11 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
             from layerc.backends.mem_combine import stack
 
             put(f"{stem}.all.png", stack(pictures))
+            every += pictures
+    if len(module.kernels) > 1 and every:
+        from layerc.backends.mem_combine import stack
+
+        put("all.png", stack(every))
     put("memory.json", orjson.dumps(report(module), option=orjson.OPT_INDENT_2) + b"\n")
     from layerc.backends.mem_perfetto import write_memory_pftrace
 
