@@ -166,7 +166,7 @@ class _Document(msgspec.Struct, gc=False):
 
 _document = msgspec.json.Decoder(_Document)
 _BYTE_OFFSET = re.compile(r" \(byte (\d+)\)")  # where msgspec says a decode failed
-_EVENT_INDEX = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]")
+_EVENT_INDEX = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]((?:\.\w+)*)`")
 
 
 def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
@@ -196,8 +196,8 @@ def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
             yield _decode_rest(_events, text, len(head), at, path)
             return
         doc = _decode_rest(_document, text, len(head), at, path)
-    except msgspec.ValidationError as e:
-        raise _field_error(e, done, path) from None
+    except _BadEvent as bad:
+        raise bad.located(path, at, done) from None
     meta.update({k: v for k in doc.__struct_fields__[1:] if (v := getattr(doc, k)) is not None})
     yield doc.traceEvents
 
@@ -234,10 +234,11 @@ def _split_point(buf: bytearray, pos: int, chunk: int) -> tuple[int, list[_Event
     events before it (decoding is how a split is known to fall between events, not in a string)."""
     for m in _SPLIT.finditer(buf, pos + chunk - min(chunk // 2, 1 << 20)):
         candidate = m.start() + 1
+        piece = b"".join((b"[", memoryview(buf)[pos:candidate], b"]"))
         try:
-            return candidate, _events.decode(b"".join((b"[", memoryview(buf)[pos:candidate], b"]")))
-        except msgspec.ValidationError:
-            raise  # well-formed JSON: the split is right and an event is wrong
+            return candidate, _events.decode(piece)
+        except msgspec.ValidationError as e:  # well-formed JSON: the split is right, an event is wrong
+            raise _BadEvent(e, piece, 1) from None
         except msgspec.DecodeError:
             continue
     return None
@@ -248,8 +249,8 @@ def _decode_rest(decoder: msgspec.json.Decoder, text: bytes, head: int, at: int,
     begins at file offset ``at``, as one document."""
     try:
         return decoder.decode(text)
-    except msgspec.ValidationError:
-        raise
+    except msgspec.ValidationError as e:
+        raise _BadEvent(e, text, head) from None
     except msgspec.DecodeError as e:
         if "truncated" in str(e):
             raise ParseError("the events array never closes (a truncated trace?)", str(path)) from None
@@ -258,29 +259,95 @@ def _decode_rest(decoder: msgspec.json.Decoder, text: bytes, head: int, at: int,
         if m is None:
             raise ParseError(what, str(path)) from None
     offset = int(m.group(1)) - ("trailing characters" in what)  # msgspec counts those one past
-    raise ParseError(what, str(path), _location(path, offset if offset < head else at + offset - head))
+    raise _located_error(what, path, offset if offset < head else at + offset - head)
 
 
-def _field_error(error: msgspec.ValidationError, before: int, path: Path) -> ParseError:
-    """A well-formed event with a field of the wrong type. msgspec gives no byte offset, only
-    the path in the piece decoded: name the event by its index in the whole array."""
-    message = _EVENT_INDEX.sub(lambda m: f"`$.traceEvents[{int(m.group(1)) + before}]", str(error))
-    return ParseError(f"unexpected event field: {message}", str(path))
+class _BadEvent(Exception):
+    """A well-formed piece of the array with a field of the wrong type. msgspec says which event
+    of the piece and which field, not where: ``text`` is the piece, ``shift`` its byte that is
+    the file's byte ``at`` (where the piece's events begin)."""
+
+    def __init__(self, error: msgspec.ValidationError, text: bytes, shift: int):
+        super().__init__(str(error))
+        self.error, self.text, self.shift = error, text, shift
+
+    def located(self, path: Path, at: int, before: int) -> ParseError:
+        """The error at the field in the file, its event named by its index in the whole array
+        (``before`` events came in earlier pieces)."""
+        message = str(self.error)
+        m = _EVENT_INDEX.search(message)
+        if m is None:
+            return ParseError(f"unexpected event field: {message}", str(path))
+        index, keys = int(m.group(1)), re.findall(r"\.(\w+)", m.group(2))
+        message = message[: m.start()] + f"`$.traceEvents[{index + before}]{m.group(2)}`" + message[m.end() :]
+        offset = self._field_offset(index, keys)
+        return _located_error(f"unexpected event field: {message}", path, at + offset - self.shift)
+
+    def _field_offset(self, index: int, keys: list[str]) -> int:
+        """Offset in the piece of the value of ``keys`` (a path such as args.stream) in event
+        ``index``: the piece decoded again, each event as its raw text, found in order."""
+        text = self.text
+        raw = (_raw_events if text.lstrip()[:1] == b"[" else _raw_document).decode(text)
+        events = raw if isinstance(raw, list) else raw.traceEvents
+        at = end = 0
+        for event in events[: index + 1]:
+            at = text.find(bytes(event), end)
+            end = at + len(event)
+        for key in keys:
+            m = re.compile(rb'"%s"\s*:\s*' % re.escape(key.encode())).search(text, at, end)
+            if m is None:
+                break
+            at = m.end()
+        return at
 
 
-def _location(path: Path, offset: int) -> Location:
-    """Line and column of byte ``offset`` of the (inflated) text. The file is read again up to
-    there: lines are counted only when there is an error to report, never during a load."""
-    line, line_start, seen = 1, 0, 0
-    for block in _byte_stream(path):
-        end = min(len(block), offset - seen)
-        if n := block.count(b"\n", 0, end):
-            line += n
-            line_start = seen + block.rfind(b"\n", 0, end) + 1
-        seen += len(block)
-        if seen >= offset:
+class _RawDocument(msgspec.Struct):
+    traceEvents: list[msgspec.Raw]
+
+
+_raw_events = msgspec.json.Decoder(list[msgspec.Raw])
+_raw_document = msgspec.json.Decoder(_RawDocument)
+
+
+def _located_error(message: str, path: Path, offset: int) -> ParseError:
+    """``message`` at byte ``offset`` of the (inflated) text, with its line quoted and a caret."""
+    where, window, window_from = _location(path, offset)
+    return ParseError(message, str(path), where, window, source_from=window_from)
+
+
+#: bytes of a line quoted on each side of an error (a trace is often one very long line)
+_CONTEXT = 120
+
+
+def _location(path: Path, offset: int) -> tuple[Location, str, int]:
+    """Line and column of byte ``offset`` of the (inflated) text, the text of that line around
+    it and the column where that text starts. The file is read again up to there: lines are
+    counted only when there is an error to report, never during a load."""
+    line, line_start, seen, before = 1, 0, 0, b""
+    stream = _byte_stream(path)
+    block = b""
+    for block in stream:
+        if seen + len(block) > offset:
             break
-    return Location(line, offset - line_start + 1)
+        if n := block.count(b"\n"):
+            line += n
+            line_start = seen + block.rfind(b"\n") + 1
+        before = (before + block)[-_CONTEXT:]
+        seen += len(block)
+        block = b""
+    k = offset - seen
+    if n := block.count(b"\n", 0, k):
+        line += n
+        line_start = seen + block.rfind(b"\n", 0, k) + 1
+    if len(block) - k < _CONTEXT:
+        block += next(stream, b"")
+    stream.close()
+    text, base = before + block, seen - len(before)
+    lo = max(line_start, offset - _CONTEXT) - base
+    newline = text.find(b"\n", offset - base)
+    hi = min(len(text) if newline < 0 else newline, offset - base + _CONTEXT)
+    window = text[lo:hi].decode("utf-8", "replace").rstrip("\r")
+    return Location(line, offset - line_start + 1), window, lo + base - line_start + 1
 
 
 # -- rows ----------------------------------------------------------------------------------------

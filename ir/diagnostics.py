@@ -26,6 +26,7 @@ class LayercError(Exception):
         loc: Location | None = None,
         source_line: str | None = None,
         severity: str = "error",
+        source_from: int = 1,
     ):
         super().__init__(message)
         self.message = message
@@ -33,6 +34,9 @@ class LayercError(Exception):
         self.loc = loc
         self.source_line = source_line
         self.severity = severity
+        #: the column of the line where ``source_line`` starts: a reader that cannot hold a whole
+        #: line (a one-line 1 GB JSON trace) quotes a window of it
+        self.source_from = source_from
 
     def with_source(self, path: str | None, text: str | None) -> "LayercError":
         """Fill in the file name and the quoted line, when the raiser did not know them."""
@@ -50,6 +54,8 @@ class LayercError(Exception):
         if self.source_line is not None and self.loc is not None:
             line = self.source_line
             col = max(self.loc.column, 1)
+            if self.source_from > 1:  # a window that starts inside the line
+                line, col = "..." + line, col - self.source_from + 4
             # Long lines (256-expert weight lists) are cut around the column.
             if len(line) > 200:
                 start = max(0, col - 100)

@@ -133,8 +133,9 @@ def test_any_layout_and_piece_size_reads_the_same_events(tmp_path, names, noise,
 
 
 def test_errors_are_located_in_the_file_whatever_the_piece(tmp_path):
-    """A one-line trace read in pieces: the column counts from the line's start, not the piece's;
-    a wrong field names its event by its index in the whole array."""
+    """A one-line trace read in pieces: the column counts from the line's start, not the piece's,
+    and a window of the long line is quoted with a caret; a wrong field is located at its value
+    and names its event by its index in the whole array."""
     events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": i, "dur": 1} for i in range(400)]
     good = json.dumps({"traceEvents": events})
     at = good.index('"ts": 300,') + len('"ts": ')
@@ -148,12 +149,18 @@ def test_errors_are_located_in_the_file_whatever_the_piece(tmp_path):
         with pytest.raises(ParseError) as e:
             read_kineto(tmp_path / "bad.json", chunk=chunk)
         assert e.value.loc == (1, at + 1) and "invalid character" in e.value.message
+        _, quoted, caret = e.value.format().split("\n")
+        assert quoted.startswith("...") and quoted[caret.index("^")] == "@"
         with pytest.raises(ParseError) as e:
             read_kineto(tmp_path / "lines.json", chunk=chunk)
         assert e.value.loc == (line + 1, lines[line].index("@") + 1)
+        assert e.value.format().split("\n")[1:] == [lines[line], " " * lines[line].index("@") + "^"]
         with pytest.raises(ParseError) as e:
             read_kineto(tmp_path / "field.json", chunk=chunk)
-        assert "$.traceEvents[321].name" in e.value.message
+        value = (tmp_path / "field.json").read_text().index('"name": 321') + len('"name": ')
+        assert "$.traceEvents[321].name" in e.value.message and e.value.loc == (1, value + 1)
+        _, quoted, caret = e.value.format().split("\n")
+        assert quoted[caret.index("^"):].startswith("321, ")
 
 
 def test_concatenated_gzip_members_read_as_one_stream(shared, tmp_path):
