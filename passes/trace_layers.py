@@ -4,6 +4,7 @@ Strategies, best first:
 
 1. **ground truth**: ``nn.Module: *DecoderLayer_N`` / ``*Block_N`` spans (PyTorch traces with
    modules) or NVTX ranges naming ``layers.N``; a kernel is in the span that holds its launch.
+   A forward pass ends where the layer numbers start again.
 2. **boundary**: the seed's rule generalized: a layer starts at a layer-start norm (a table flag)
    that follows an all-reduce (or at any layer-start norm when the trace has no all-reduce).
    Post-attention norms are layer-start kernels too, so this finds half layers; ``merge`` joins
@@ -16,6 +17,9 @@ Strategies, best first:
 
 Kernels are cut into passes first (each CUDA-graph replay, each run of eager kernels) and motif
 runs split a pass again where the layers stop repeating (one forward pass ends, another begins).
+``auto`` takes the spans in the forward passes they cover and motif (or boundary) layers in the
+others: profilers record module spans around eager passes, and a graph replay runs without them.
+Without ``merge`` every strategy's layers are cut into their attention and FFN halves.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Iterable
 
 import numpy as np
 
-from layerc.ir.trace import Trace
+from layerc.ir.trace import Kernels, Trace
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 
 _LAYER_SPAN = re.compile(r"^nn\.Module: \w*?(DecoderLayer|Block|Layer)_(\d+)$")
@@ -45,7 +49,7 @@ STRATEGIES = ("auto", "ground-truth", "boundary", "motif")
 class LayerResult:
     layer: np.ndarray  #: per kernel: the layer index within its pass, or -1
     pass_of: np.ndarray  #: per kernel: the pass index (a replay, or one eager forward pass)
-    strategy: str  #: the strategy that decided
+    strategy: str  #: the strategy that decided (``ground-truth+motif``: spans where they cover a pass, motif elsewhere)
     confidence: float  #: 0..1: span coverage, or how regular the found layers are
     period: int | None = None  #: kernels per layer (motif)
     layers_per_pass: list[int] = field(default_factory=list)
@@ -71,6 +75,22 @@ def passes(trace: Trace) -> np.ndarray:
 
 def from_spans(trace: Trace) -> np.ndarray | None:
     """Layer of each kernel from nn.Module or NVTX layer spans, or None when there are none."""
+    found = span_layers(trace)
+    return None if found is None else found.layer
+
+
+@dataclass(frozen=True)
+class Spans:
+    """Per kernel, what the layer spans say (-1 where no span holds its launch)."""
+
+    layer: np.ndarray  #: the layer number the span names
+    span: np.ndarray  #: which span (a forward pass opens a new span per layer)
+    when: np.ndarray  #: launch time (host order: layer numbers only rise within a forward pass)
+
+
+def span_layers(trace: Trace) -> Spans | None:
+    """Each kernel's layer span, by its launch: nn.Module spans, else NVTX ranges; None when the
+    trace has neither."""
     k = trace.kernels
     spans = []
     for tbl, rx, group in ((trace.modules, _LAYER_SPAN, 2), (trace.annotations, _NVTX_LAYER, 1)):
@@ -86,18 +106,20 @@ def from_spans(trace: Trace) -> np.ndarray | None:
     have = launch >= 0
     when = np.where(have, trace.launches.start[np.where(have, launch, 0)], -1)
     tid = np.where(have, trace.launches.tid[np.where(have, launch, 0)], -1)
-    layer = np.full(len(k), -1, np.int64)
+    layer, span = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
     table = np.array(spans, np.int64).reshape(-1, 4)
     for t in np.unique(table[:, 2]).tolist():
         # per thread, the latest-starting span that still holds the launch (layer spans of one
         # thread do not overlap, so that is the innermost)
-        own = table[table[:, 2] == t]
-        own = own[np.argsort(own[:, 0], kind="stable")]
+        rows = np.nonzero(table[:, 2] == t)[0]
+        rows = rows[np.argsort(table[rows, 0], kind="stable")]
+        own = table[rows]
         sel = np.nonzero(have & ((tid == t) | (t < 0)))[0]
         j = np.searchsorted(own[:, 0], when[sel], side="right") - 1
         ok = (j >= 0) & (when[sel] <= own[np.maximum(j, 0), 1])
         layer[sel[ok]] = own[j[ok], 3]
-    return layer
+        span[sel[ok]] = rows[j[ok]]
+    return Spans(layer, span, when)
 
 
 def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
@@ -251,13 +273,18 @@ def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
     for a, b, i in zip(starts.tolist(), ends.tolist(), index.tolist()):
         layer[a:b] = i
     # runs split at the longest idle gap between one run's last layer and the next run's first
-    cut = [0]
-    for r in range(1, len(first_of_run)):
-        lo, hi = int(ends[first_of_run[r] - 1]), int(starts[first_of_run[r]])
-        idle = p.start[lo + 1 : hi + 1] - p.end[lo:hi] if hi > lo else np.zeros(0)
-        cut.append(lo + 1 + int(np.argmax(idle)) if len(idle) else hi)
+    cut = [0] + [_idle_cut(p.start, p.end, int(ends[f - 1]), int(starts[f])) for f in first_of_run[1:].tolist()]
     run[:] = np.searchsorted(np.array(cut), np.arange(n), side="right") - 1
     return layer, run, period, score
+
+
+def _idle_cut(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
+    """Where the next forward pass begins, between one that ends before ``lo`` and one whose first
+    layer starts at ``hi``: after the longest idle gap there (the GPU waits for the host between
+    sampling one token and the next pass's inputs)."""
+    if hi <= lo:
+        return hi
+    return lo + 1 + int(np.argmax(start[lo + 1 : hi + 1] - end[lo:hi]))
 
 
 def _natural_ends(p: _Pass, starts: np.ndarray) -> np.ndarray:
@@ -365,54 +392,221 @@ def merge_half_layers(layer: np.ndarray, kind: np.ndarray) -> np.ndarray:
     return out
 
 
+def split_half_layers(layer: np.ndarray, p: _Pass) -> np.ndarray:
+    """Each layer of one pass cut where its second half (FFN or MoE) begins, numbered again from 0
+    in order, so that every strategy can keep the halves apart: at the first boundary half layer
+    that starts after the layer's first attention kernel, else (decomposed norms, no layer-start
+    norm in the tables) after the attention output projection; a layer with neither stays whole."""
+    out = np.full(len(layer), -1, np.int64)
+    inside = layer >= 0
+    if not inside.any():
+        return out
+    ids, first = np.unique(layer, return_index=True)
+    ids, first = ids[ids >= 0], first[ids >= 0]
+    cut = _half_starts(layer, p, ids, first)
+    for i in np.nonzero(cut < 0)[0].tolist():
+        cut[i] = _after_attention_output(p, np.nonzero(layer == ids[i])[0])
+    pos = np.nonzero(inside)[0]
+    at = cut[np.searchsorted(ids, layer[pos])]
+    second = (at >= 0) & (pos >= at)
+    out[pos] = np.unique(2 * layer[pos] + second, return_inverse=True)[1].reshape(-1)
+    return out
+
+
+def _half_starts(layer: np.ndarray, p: _Pass, ids: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per layer ``ids`` (first kernels at ``first``), where the first of the boundary strategy's
+    half layers that starts after the layer's first attention kernel (after its first kernel,
+    where it has none) begins, or -1."""
+    halves = boundary_layers(p)
+    opens = np.nonzero((halves >= 0) & (np.r_[-1, halves[:-1]] != halves) & (layer >= 0))[0]
+    att = np.nonzero((p.kind == ATTENTION) & (layer >= 0))[0]
+    with_att, att_first = np.unique(layer[att], return_index=True)
+    after = first.copy()
+    after[np.searchsorted(ids, with_att)] = att[att_first]
+    which = np.searchsorted(ids, layer[opens])
+    keep = opens > after[which]
+    cut = np.full(len(ids), -1, np.int64)
+    got, at = np.unique(which[keep], return_index=True)  # opens ascend: the first of each layer
+    cut[got] = opens[keep][at]
+    return cut
+
+
+def _after_attention_output(p: _Pass, pos: np.ndarray) -> int:
+    """The first kernel of a layer's second half (``pos``: the layer's kernels) past its attention
+    output projection (the first GEMM after the last attention kernel), that GEMM's all-reduce and
+    the residual add; -1 when the layer has no such GEMM or nothing follows it."""
+    kind = p.kind[pos]
+    att = np.nonzero(kind == ATTENTION)[0]
+    gemm = np.nonzero(kind[att[-1] :] == LINEAR)[0] if len(att) else []
+    if not len(gemm):
+        return -1
+    j = int(att[-1] + gemm[0]) + 1
+    while j < len(pos) and kind[j] == COMMUNICATION:
+        j += 1
+    j += int(j < len(pos) and p.residual_add[pos[j]])
+    return int(pos[j]) if j < len(pos) else -1
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Trace-wide columns the strategies read, cut into one ``_Pass`` per pass."""
+
+    kernels: Kernels
+    cls: Classification
+    residual_add: np.ndarray
+    activation: np.ndarray
+    replayed: np.ndarray
+
+    @classmethod
+    def of(cls_, trace: Trace, cls: Classification | None) -> _Columns:
+        cls = cls if cls is not None else kernel_table().classify(trace)
+        elementwise = cls.type == TYPES.index("ELEMENTWISE")
+        residual_add = elementwise & short_matches(trace, cls.short, _BINARY_ADD)
+        activation = elementwise & short_matches(trace, cls.short, ACTIVATION)
+        return cls_(trace.kernels, cls, residual_add, activation, trace.replayed())
+
+    def at(self, idx: np.ndarray) -> _Pass:
+        """The kernels ``idx`` (in start order) as one pass."""
+        k, c = self.kernels, self.cls
+        return _Pass(k.name[idx], c.short[idx], c.type[idx], c.layer_start[idx], self.residual_add[idx], self.activation[idx],
+                     k.start[idx], k.end[idx])
+
+
 def detect_layers(
     trace: Trace, strategy: str = "auto", cls: Classification | None = None, merge: bool = True
 ) -> LayerResult:
-    """Layers of every kernel by ``strategy`` (one of ``STRATEGIES``)."""
+    """Layers of every kernel by ``strategy`` (one of ``STRATEGIES``); ``merge=False`` keeps each
+    layer's attention and FFN halves apart, whichever strategy finds the layers. ``auto`` takes
+    the spans for the forward passes they cover and motif or boundary layers for the rest (a
+    profile often has module spans around eager passes only, none in graph replays)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    k = trace.kernels
     pass_of = passes(trace)
-    if strategy in ("auto", "ground-truth"):
-        truth = from_spans(trace)
-        if truth is not None and (truth >= 0).mean() >= 0.25:  # spans around a few layers do not decide
-            return LayerResult(truth, pass_of, "ground-truth", float((truth >= 0).mean()), None, per_pass_counts(truth, pass_of))
-        if strategy == "ground-truth":
+    spans = span_layers(trace) if strategy in ("auto", "ground-truth") else None
+    if strategy == "ground-truth":
+        if spans is None:
             raise ValueError("the trace has no nn.Module or NVTX layer spans")
-    cls = cls if cls is not None else kernel_table().classify(trace)
-    elementwise = cls.type == TYPES.index("ELEMENTWISE")
-    residual_add = elementwise & short_matches(trace, cls.short, _BINARY_ADD)
-    activation = elementwise & short_matches(trace, cls.short, ACTIVATION)
-    replayed = trace.replayed()
+        share = float((spans.layer >= 0).mean())
+        if share < 0.25:  # spans around a few layers do not decide
+            raise ValueError(f"the nn.Module or NVTX layer spans hold {100 * share:.1f}% of the kernels; ground truth needs 25%")
+        return _with_spans(trace, spans, pass_of, None, None if merge else _Columns.of(trace, cls))
+    columns = _Columns.of(trace, cls)
+    found = _by_kernels(columns, pass_of, strategy, merge)
+    return found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns)
+
+
+def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bool) -> LayerResult:
+    """Motif or boundary layers; ``auto`` takes the motif when it is confident, else the more
+    confident of the two."""
     results = {}
     for name in ("motif", "boundary") if strategy == "auto" else (strategy,):
-        layer_s, pass_s, scores, periods = np.full(len(k), -1, np.int64), np.zeros(len(k), np.int64), [], []
-        base = 0
-        for idx in by_pass(pass_of, k.start):
-            p = _Pass(k.name[idx], cls.short[idx], cls.type[idx], cls.layer_start[idx], residual_add[idx], activation[idx], k.start[idx], k.end[idx])
-            if name == "motif":
-                got, run, period, score = motif_layers(p)
-                if period:
-                    scores.append(score * len(idx))
-                    periods.append(period)
-            else:
-                got, run = boundary_layers(p), np.zeros(len(idx), np.int64)
-                if merge:
-                    got = merge_half_layers(got, p.kind)
-                scores.append(_regularity(p.token, got) * len(idx))
-            if replayed[idx].all() and (got >= 0).any():
-                # a replay is one forward pass: its tail (final norm, lm_head) goes with the last layer
-                tail = int(np.nonzero(got >= 0)[0][-1])
-                got[tail:] = got[tail]
-            layer_s[idx] = got
-            pass_s[idx] = base + run
-            base += int(run.max()) + 1 if len(run) else 1
-        confidence = float(sum(scores) / max(len(k), 1)) * float((layer_s >= 0).mean() if len(k) else 0)
-        period = Counter(periods).most_common(1)[0][0] if periods else None
-        results[name] = LayerResult(layer_s, pass_s, name, confidence, period, per_pass_counts(layer_s, pass_s))
-        if name == "motif" and strategy == "auto" and confidence >= 0.8:
+        results[name] = _by_strategy(columns, pass_of, name, merge)
+        if name == "motif" and strategy == "auto" and results[name].confidence >= 0.8:
             break
     return max(results.values(), key=lambda r: r.confidence)
+
+
+def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool) -> LayerResult:
+    """Layers of every pass by the motif or the boundary strategy; motif runs number the passes."""
+    k = columns.kernels
+    layer, pass_s, scores, periods = np.full(len(k), -1, np.int64), np.zeros(len(k), np.int64), [], []
+    base = 0
+    for idx in by_pass(pass_of, k.start):
+        p = columns.at(idx)
+        if name == "motif":
+            got, run, period, score = motif_layers(p)
+            if period:
+                scores.append(score * len(idx))
+                periods.append(period)
+        else:
+            got, run = boundary_layers(p), np.zeros(len(idx), np.int64)
+            whole = merge_half_layers(got, p.kind)
+            scores.append(_regularity(p.token, whole) * len(idx))  # kept halves do not change the choice
+            got = whole if merge else got
+        if columns.replayed[idx].all() and (got >= 0).any():
+            # a replay is one forward pass: its tail (final norm, lm_head) goes with the last layer
+            tail = int(np.nonzero(got >= 0)[0][-1])
+            got[tail:] = got[tail]
+        if name == "motif" and not merge:
+            got = _split_each_run(got, run, columns, idx)
+        layer[idx] = got
+        pass_s[idx] = base + run
+        base += int(run.max()) + 1 if len(run) else 1
+    confidence = float(sum(scores) / max(len(k), 1)) * float((layer >= 0).mean() if len(k) else 0)
+    period = Counter(periods).most_common(1)[0][0] if periods else None
+    return LayerResult(layer, pass_s, name, confidence, period, per_pass_counts(layer, pass_s))
+
+
+def _split_each_run(layer: np.ndarray, run: np.ndarray, columns: _Columns, idx: np.ndarray) -> np.ndarray:
+    """``split_half_layers`` on each forward pass of ``idx`` apart (layer numbers restart in each)."""
+    out = layer.copy()
+    for r in np.unique(run).tolist():
+        sel = run == r
+        out[sel] = split_half_layers(layer[sel], columns.at(idx[sel]))
+    return out
+
+
+def _with_spans(trace: Trace, spans: Spans, pass_of: np.ndarray, found: LayerResult | None, columns: _Columns | None) -> LayerResult:
+    """Layers from the spans in every forward pass whose kernels they hold a quarter of or more
+    (spans around a few layers do not decide), ``found``'s (motif or boundary) in the others, or
+    none there without ``found``. Spans cut their passes again where the layer numbers restart.
+    ``columns``: given when half layers are to be split."""
+    k = trace.kernels
+    pieces = by_pass(found.pass_of if found is not None else pass_of, k.start)
+    covered = [found is None or (spans.layer[idx] >= 0).mean() >= 0.25 for idx in pieces]
+    if not any(covered):
+        return found
+    layer, pass_s = np.full(len(k), -1, np.int64), np.zeros(len(k), np.int64)
+    base, weight, used = 0, 0.0, set()
+    for idx, spanned in _blocks(pieces, covered, pass_of):
+        if spanned:
+            got, run = spans.layer[idx].copy(), _restarts(spans, idx, k.start[idx], k.end[idx])
+            if columns is not None:
+                got = _split_each_run(got, run, columns, idx)
+            weight += float((spans.layer[idx] >= 0).sum())
+        else:
+            got, run = found.layer[idx], np.zeros(len(idx), np.int64)
+            weight += found.confidence * len(idx)
+        if (got >= 0).any():
+            used.add("ground-truth" if spanned else found.strategy)
+        layer[idx], pass_s[idx] = got, base + run
+        base += int(run.max()) + 1
+    if found is None or found.strategy not in used:
+        strategy, period = "ground-truth", None
+    else:
+        strategy, period = "+".join(s for s in ("ground-truth", found.strategy) if s in used), found.period
+    return LayerResult(layer, pass_s, strategy, weight / max(len(k), 1), period, per_pass_counts(layer, pass_s))
+
+
+def _blocks(pieces: list[np.ndarray], covered: list[bool], pass_of: np.ndarray) -> list[tuple[np.ndarray, bool]]:
+    """The pieces in order, consecutive covered pieces of one pass joined (motif may cut one
+    forward pass the spans hold in two; the spans cut it where it really ends)."""
+    out: list[tuple[list[np.ndarray], bool]] = []
+    for idx, spanned in zip(pieces, covered):
+        if out and spanned and out[-1][1] and pass_of[out[-1][0][-1][0]] == pass_of[idx[0]]:
+            out[-1][0].append(idx)
+        else:
+            out.append(([idx], spanned))
+    return [(np.concatenate(parts), spanned) for parts, spanned in out]
+
+
+def _restarts(spans: Spans, idx: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per kernel of ``idx`` (start order), its forward pass among those ``idx`` holds, from 0: in
+    launch order a new span whose layer number is not above the last one's begins the next pass;
+    the kernels between two passes (sampling, the next inputs) split at the longest idle gap."""
+    layer, span = spans.layer[idx], spans.span[idx]
+    have = np.nonzero(layer >= 0)[0]
+    if len(have) < 2:
+        return np.zeros(len(idx), np.int64)
+    order = have[np.argsort(spans.when[idx][have], kind="stable")]
+    new = (span[order][1:] != span[order][:-1]) & (layer[order][1:] <= layer[order][:-1])
+    forward = np.zeros(len(idx), np.int64)
+    forward[order] = np.r_[0, np.cumsum(new)]
+    # in start order (a kernel that starts late on another stream stays in its pass)
+    reached = np.maximum.accumulate(forward[have])
+    firsts = np.nonzero(np.diff(reached))[0] + 1
+    cut = [0] + [_idle_cut(start, end, int(have[j - 1]) + 1, int(have[j])) for j in firsts.tolist()]
+    return np.searchsorted(np.array(cut), np.arange(len(idx)), side="right") - 1
 
 
 def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern) -> np.ndarray:

@@ -69,8 +69,8 @@ class ClassifyKernels(ModulePass):
 
 @dataclass(frozen=True)
 class DetectLayers(ModulePass):
-    """Each kernel's pass and decoder layer (see ``trace_layers``); ``merge=false`` keeps the
-    boundary strategy's half layers apart."""
+    """Each kernel's pass and decoder layer (see ``trace_layers``); ``merge=false`` keeps each
+    layer's attention and FFN halves apart, whichever strategy decides."""
 
     name: ClassVar[str] = "detect-layers"
     strategy: str = "auto"

@@ -34,6 +34,11 @@ GEN = {
     # deeper DeepSeek stacks: dense and MoE layers of different lengths in one pass
     "deepseek_v3-5": dict(model="deepseek_v3", vendor="cuda", tp=8, layers=5, seed=2),
     "deepseek_v3-6": dict(model="deepseek_v3", vendor="cuda", tp=8, layers=6, seed=5),
+    # nn.Module spans around the eager passes (none in the replays), as a profiler with modules records
+    "llama-spans": dict(model="llama", vendor="cuda", tp=1, layers=8, seed=0, ground_truth_spans=True),
+    "grok2-spans": dict(model="grok2", vendor="cuda", tp=8, layers=4, seed=1, ground_truth_spans=True),
+    "deepseek_v3-spans": dict(model="deepseek_v3", vendor="rocm", tp=8, layers=5, seed=2, ground_truth_spans=True),
+    "qwen3-2-prefills-spans": dict(model="qwen3", vendor="cuda", tp=4, layers=6, seed=3, prefill=2, decode=1, ground_truth_spans=True),
 }
 JSON_KEYS = {"kernel_count", "num_layers", "layers_per_pass", "strategy", "confidence", "stages", "types",
              "unknown_stage_pct", "unclassified_pct", "orphans", "layers"}
@@ -157,9 +162,15 @@ def test_extend_ground_truth_and_motif(torch_dir, report):
 
 
 def test_hf_ground_truth(torch_dir, report):
+    """The spans hold one whole forward pass; the partial pass before it (launched before the
+    profile began: no spans) gets the motif's layers."""
     doc = report(torch_dir / HF)
-    assert doc["strategy"] == "ground-truth" and doc["num_layers"] == 24 and doc["layers_per_pass"] == [24]
+    assert doc["strategy"] == "ground-truth+motif" and doc["num_layers"] == 34 and doc["layers_per_pass"] == [10, 24]
     assert {(x["type"], x["stage"]) for x in doc["layers"]} == {("MHA_FC", "prefill")}
+    only = report(torch_dir / HF, "--strategy", "ground-truth")
+    assert only["strategy"] == "ground-truth" and only["layers_per_pass"] == [24]
+    same = lambda layers, q: [{**x, "pass": None} for x in layers if x["pass"] == q]  # noqa: E731
+    assert same(doc["layers"], 1) == same(only["layers"], 0) and len(only["layers"]) == 24
 
 
 # -- JSON on generated traces, against their truth -------------------------------------------------
@@ -195,6 +206,22 @@ def test_generated_boundary_strategy_matches_truth(name, generated, report):
     assert doc["strategy"] == "boundary"
     assert doc["layers_per_pass"] == [truth["totals"]["layers_per_pass"]] * truth["totals"]["passes"]
     assert [(x["pass"], x["index"], x["type"], x["stage"]) for x in doc["layers"]] == [w[:4] for w in truth_layers(truth)]
+
+
+def test_spans_in_eager_passes_only(generated, report):
+    """Spans decide the eager passes, motif the replays they do not reach: every pass has its
+    layers, replays are decode, and the only kernels outside layers are the eager passes' inputs
+    and sampling (before the fix the replays had no layers and no stage)."""
+    path, truth = generated["llama-spans"]
+    doc = report(path)
+    assert doc["strategy"] == "ground-truth+motif" and doc["layers_per_pass"] == [8, 8, 8]
+    assert [x["stage"] for x in doc["layers"]] == ["prefill"] * 8 + ["decode"] * 16
+    # outside layers: what the truth leaves outside, but a replay's tail, which goes with its last layer
+    replays = {p["index"] for p in truth["passes"] if p["graph_correlation"] is not None}
+    last = {q: max(k["start"] for k in truth["kernels"] if k["pass"] == q and k["layer"] is not None) for q in replays}
+    outside = [k for k in truth["kernels"] if k["layer"] is None and not (k["pass"] in replays and k["start"] > last[k["pass"]])]
+    assert doc["orphans"]["kernels"] == len(outside) == 16
+    assert report(path, "--strategy", "ground-truth")["layers_per_pass"] == [8, 0, 0]
 
 
 # -- --stage ---------------------------------------------------------------------------------------
@@ -237,6 +264,26 @@ def test_split_half_layers_grok2(generated, report):
     # without the flag the pairs are the merged layers
     assert [a["kernel_count"] + b["kernel_count"] for a, b in zip(split["layers"][::2], split["layers"][1::2])] == \
         [x["kernel_count"] for x in merged["layers"]]
+
+
+@pytest.mark.parametrize("name", ["grok2", "grok2-spans", "llama", "deepseek_v3-spans"])
+def test_split_half_layers_with_every_strategy(name, generated, report):
+    """--split-half-layers is no longer the boundary strategy's alone: auto, motif and ground truth
+    keep the same halves apart (it used to be ignored without --strategy boundary)."""
+    path, truth = generated[name]
+    passes, per_pass = truth["totals"]["passes"], truth["totals"]["layers_per_pass"]
+    halves = report(path, "--strategy", "boundary", "--split-half-layers")
+    assert halves["layers_per_pass"] == [2 * per_pass] * passes
+    key = lambda doc: [(x["pass"], x["index"], x["type"], x["stage"], x["kernel_count"]) for x in doc["layers"]]  # noqa: E731
+    strategies = ("auto", "motif", "ground-truth") if "spans" in name else ("auto", "motif")
+    for strategy in strategies:
+        whole, split = report(path, "--strategy", strategy), report(path, "--strategy", strategy, "--split-half-layers")
+        assert split["strategy"] == whole["strategy"] and split["num_layers"] == 2 * whole["num_layers"]
+        assert split["orphans"] == whole["orphans"]
+        if strategy == "ground-truth":  # the eager prefill pass only
+            assert key(split) == [x for x in key(halves) if x[0] == 0]
+        else:
+            assert key(split) == key(halves)
 
 
 # -- CSV -------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from layerc.grammar.traces import read_trace
 from layerc.passes.kernel_tables import TYPES, kernel_table
-from layerc.passes.trace_layers import detect_layers, find_period, from_spans, merge_half_layers, passes
+from layerc.passes.trace_layers import by_pass, detect_layers, find_period, from_spans, merge_half_layers, passes
+from layerc.tools import gen_nsys
 from layerc.tools.gen_trace import MODELS, generate
 
 ATTENTION, LINEAR, NORM, MEMORY = (TYPES.index(t) for t in ("ATTENTION", "LINEAR", "NORM", "MEMORY"))
@@ -111,10 +112,20 @@ def test_extend_without_ground_truth(real, strategy, record_property):
 
 
 def test_hf_ground_truth(real):
+    """The spans hold the one whole forward pass; the kernels of the partial pass before it (its
+    CPU side ran before the profile: no spans) get the motif's layers, as a pass of their own."""
     trace = real(HF)
+    truth = from_spans(trace)
     r = detect_layers(trace, "auto")
-    assert r.strategy == "ground-truth"
-    assert set(r.layer[r.layer >= 0].tolist()) == set(range(24))
+    assert r.strategy == "ground-truth+motif"
+    assert r.layers_per_pass == [10, 24]
+    spanned = truth >= 0
+    assert len(np.unique(r.pass_of[spanned])) == 1 and np.array_equal(r.layer[spanned], truth[spanned])
+    motif = detect_layers(trace, "motif")
+    partial = r.pass_of == 0
+    assert not spanned[partial].any() and np.array_equal(r.layer[partial], motif.layer[partial])
+    only = detect_layers(trace, "ground-truth")
+    assert only.strategy == "ground-truth" and only.layers_per_pass == [24] and np.array_equal(only.layer, truth)
 
 
 def test_hf_motif(real, record_property):
@@ -158,6 +169,14 @@ def generated(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("gen") / f"{_id(request.param)}.json.gz"
     truth = generate(path, model=model, vendor=vendor, tp=tp, layers=layers, seed=3)
     trace = read_trace(path)
+    layer, pass_, per_pass = truth_columns(trace, truth)
+    depth = MODELS[model].layers if layers is None else layers
+    assert per_pass == [depth] * truth["totals"]["passes"]
+    return request.param, trace, layer, pass_, per_pass
+
+
+def truth_columns(trace, truth: dict) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Per kernel of ``trace``, its true layer (-1 outside layers) and pass; the layers per pass."""
     k = trace.kernels
     rows = {(t["correlation"], t["start"]): t for t in truth["kernels"]}
     assert len(rows) == len(truth["kernels"]) == len(k)
@@ -165,9 +184,7 @@ def generated(request, tmp_path_factory):
     layer = np.array([-1 if t["layer"] is None else t["layer"] for t in matched], np.int64)
     pass_ = np.array([t["pass"] for t in matched], np.int64)
     per_pass = [len(set(layer[(pass_ == q) & (layer >= 0)].tolist())) for q in np.unique(pass_)]
-    depth = MODELS[model].layers if layers is None else layers
-    assert per_pass == [depth] * truth["totals"]["passes"]
-    return request.param, trace, layer, pass_, per_pass
+    return layer, pass_, per_pass
 
 
 def _same_passes(r, pass_, layer):
@@ -223,6 +240,139 @@ def test_generated_without_spans_has_no_ground_truth(tmp_path):
     with pytest.raises(ValueError):
         detect_layers(trace, "ground-truth")
     assert detect_layers(trace, "auto").strategy != "ground-truth"
+
+
+# -- spans around eager passes only (what a profiler with modules records) -------------------------
+
+
+def _with_spans(tmp_path, **kw):
+    path = tmp_path / "spans.json.gz"
+    truth = generate(path, ground_truth_spans=True, **kw)
+    trace = read_trace(path)
+    return trace, *truth_columns(trace, truth)
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_spans_and_replays_get_layers_in_every_pass(model, tmp_path):
+    """Spans cover the eager prefill pass, none of the decode replays: auto takes the spans there
+    and motif layers in the replays (it used to leave the replays without layers)."""
+    trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, vendor="cuda", tp=1, layers=SHORT[model], seed=4)
+    r = detect_layers(trace, "auto")
+    assert r.strategy == "ground-truth+motif"
+    assert r.layers_per_pass == per_pass == [SHORT[model]] * 3
+    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
+    spanned = from_spans(trace) >= 0
+    assert spanned.any() and not spanned[trace.replayed()].any()
+    assert np.array_equal(r.layer[spanned], from_spans(trace)[spanned])
+    motif = detect_layers(trace, "motif")
+    replayed = trace.replayed()
+    assert np.array_equal(r.layer[replayed], motif.layer[replayed])  # replay tails included
+
+
+@pytest.mark.parametrize("model", ["llama", "deepseek_v3", "grok2"])
+@pytest.mark.parametrize("prefill, decode", [(2, 0), (3, 1)])
+def test_eager_passes_with_spans_are_apart(model, prefill, decode, tmp_path):
+    """Eager passes run back to back form one stretch of kernels; the spans' layer numbers start
+    again where the next forward pass begins, and so does the layer count."""
+    trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, layers=6, prefill=prefill, decode=decode, seed=1)
+    assert len(np.unique(passes(trace)[~trace.replayed()])) == 1  # one eager stretch
+    for strategy in ("auto", "ground-truth"):
+        r = detect_layers(trace, strategy)
+        spanned = [6] * prefill + ([6] if strategy == "auto" else [0]) * decode
+        assert r.layers_per_pass == spanned
+        truth = layer if strategy == "auto" else np.where(from_spans(trace) >= 0, layer, -1)
+        assert _same_passes(r, pass_, truth) and agreement(r.layer, truth) == 1.0
+
+
+def test_a_one_layer_model_with_spans(tmp_path):
+    """Each pass of a one-layer model opens a new span of the same layer number: still a new pass."""
+    trace, layer, pass_, per_pass = _with_spans(tmp_path, model="llama", layers=1, prefill=3, decode=0, seed=4)
+    r = detect_layers(trace, "ground-truth")
+    assert r.layers_per_pass == per_pass == [1, 1, 1]
+    assert _same_passes(r, pass_, layer)
+
+
+def test_nsys_prefill_spans_and_replays(tmp_path):
+    """An nsys export with NVTX ``layers.N`` ranges in the eager prefill step only: each replay
+    gets its motif layers, so every pass has all 61 layers."""
+    path = tmp_path / "ds.sqlite"
+    gen_nsys.generate(path, layers=61, replays=2)
+    trace = read_trace(path)
+    spans = from_spans(trace)
+    assert 0 < (spans >= 0).mean() < 0.5
+    r, motif = detect_layers(trace, "auto"), detect_layers(trace, "motif")
+    assert r.strategy == "ground-truth+motif" and r.layers_per_pass == motif.layers_per_pass == [61, 61, 61]
+    assert np.array_equal(r.pass_of, motif.pass_of)
+    assert np.array_equal(r.layer[spans >= 0], spans[spans >= 0])
+    replayed = trace.replayed()
+    assert np.array_equal(r.layer[replayed], motif.layer[replayed])
+    assert (r.layer < 0).sum() <= 10
+
+
+def test_nsys_two_eager_steps_with_spans(tmp_path):
+    path = tmp_path / "eager.sqlite"
+    gen_nsys.generate(path, layers=8, replays=0, eager_steps=2)
+    trace = read_trace(path)
+    for strategy in ("auto", "ground-truth"):
+        r = detect_layers(trace, strategy)
+        assert r.strategy == "ground-truth" and r.layers_per_pass == [8, 8]
+        spans = from_spans(trace)
+        for q in (0, 1):
+            assert sorted(set(spans[(r.pass_of == q) & (spans >= 0)].tolist())) == list(range(8))
+
+
+def test_thin_spans_do_not_decide(tmp_path):
+    """Spans around one layer of six hold too few kernels: auto finds the layers without them, and
+    ground truth alone is refused."""
+    trace, layer, pass_, per_pass = _with_spans(tmp_path, model="llama", layers=6, seed=2)
+    m = trace.modules
+    keep = np.array(["DecoderLayer_0" in (trace.strings[int(x)] or "") for x in m.name.tolist()])
+    trace.modules = m.take(keep)
+    assert 0 < (from_spans(trace) >= 0).mean() < 0.25
+    r = detect_layers(trace, "auto")
+    assert r.strategy == "motif" and r.layers_per_pass == per_pass
+    with pytest.raises(ValueError, match="needs 25%"):
+        detect_layers(trace, "ground-truth")
+
+
+# -- half layers apart, whichever strategy ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_split_half_layers_with_every_strategy(model, tmp_path):
+    """``merge=False`` cuts every strategy's layers into their attention and FFN halves, the same
+    halves the boundary strategy finds; merging them back gives the layers."""
+    trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, vendor="rocm", tp=8, layers=4, seed=3)
+    cls = kernel_table().classify(trace)
+    halves = detect_layers(trace, "boundary", cls, merge=False)
+    assert halves.layers_per_pass == [8, 8, 8]
+    for strategy in ("auto", "motif", "ground-truth"):
+        whole, split = detect_layers(trace, strategy, cls), detect_layers(trace, strategy, cls, merge=False)
+        assert split.strategy == whole.strategy and np.array_equal(split.pass_of, whole.pass_of)
+        assert split.layers_per_pass == [2 * n for n in whole.layers_per_pass]
+        inside = whole.layer >= 0
+        assert np.array_equal(split.layer[inside], halves.layer[inside])
+        merged = split.layer.copy()
+        for idx in by_pass(split.pass_of, trace.kernels.start):
+            merged[idx] = merge_half_layers(split.layer[idx], cls.type[idx])
+        assert np.array_equal(merged, whole.layer)
+
+
+def test_split_half_layers_with_decomposed_norms(real):
+    """HF eager kernels: norms decomposed into pow/mean/rsqrt (no layer-start norm in the tables);
+    a layer's FFN half starts after the attention output projection and its residual add."""
+    trace = real(HF)
+    for strategy, whole in (("auto", [10, 24]), ("motif", [10, 24]), ("ground-truth", [24])):
+        r = detect_layers(trace, strategy, merge=False)
+        assert r.layers_per_pass == [2 * n for n in whole]
+    r = detect_layers(trace, "ground-truth", merge=False)
+    cls = kernel_table().classify(trace)
+    order = np.argsort(trace.kernels.start, kind="stable")
+    half = r.layer[order]
+    opens = np.nonzero((half >= 0) & (np.r_[-2, half[:-1]] != half))[0]
+    ffn = opens[half[opens] % 2 == 1]
+    assert len(ffn) == 24
+    assert {trace.strings[int(cls.short[order[i - 1]])] for i in ffn.tolist()} == {"aten_CUDAFunctor_add"}
 
 
 # -- the pieces ------------------------------------------------------------------------------------

@@ -27,9 +27,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
     p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
     p.add_argument("--strategy", choices=("auto", "ground-truth", "boundary", "motif"), default="auto",
-                   help="how layers are found (default auto: ground truth when the trace has it, else the "
-                        "motif or boundary result with the higher confidence)")
-    p.add_argument("--split-half-layers", action="store_true", help="keep attention and FFN halves apart (boundary strategy)")
+                   help="how layers are found (default auto: ground truth in the forward passes the trace's "
+                        "spans cover, the motif or boundary result, whichever is more confident, in the others)")
+    p.add_argument("--split-half-layers", action="store_true", help="keep each layer's attention and FFN halves apart (every strategy)")
     p.add_argument("--debug-layers", type=_layer_list, metavar="N,N,...", help="list the kernels of these layers (first pass of each stage)")
     p.add_argument("--show-layer-terminal", action="store_true", help="one row per layer instead of one per layer kind")
     p.add_argument("--stage", choices=("prefill", "decode", "all"), default="all", help="only kernels of this stage")
