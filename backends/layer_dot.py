@@ -393,7 +393,7 @@ def _node_label(n: dict) -> str:
         out += f" {_esc(dt)}"
     rows.append(f'<FONT POINT-SIZE="9">{out}</FONT>')
     for k in n.get("trace_kernels") or []:
-        if isinstance(k, dict):
+        if isinstance(k, dict) and not k.get("cpu_only"):  # a host-only op ran no kernel
             line = f'⚡ {_esc(k.get("kernel", "?"))} ({_fmt_us(k.get("duration_us"))})'
             rows.append(f'<FONT POINT-SIZE="9" COLOR="blue">{line}</FONT>')
     return _table(rows)

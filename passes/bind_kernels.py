@@ -32,7 +32,7 @@ import orjson
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, Graph, Module, Node, Value
 from layerc.ir.targets import op_name, op_namespace
-from layerc.ir.trace import Trace
+from layerc.ir.trace import Trace, distinct, link
 from layerc.ir.types import TensorType
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.binding import NO, SignatureTable, align_many, align_one, signature_table
@@ -44,7 +44,15 @@ MATCHES = ("auto", "kernels", "ops")
 #: scores of the kernel alignment: a name that the op's signature names, a kernel type it may
 #: launch, anything (for ops the table does not know), and what a node earns for its first kernel.
 SIGNATURE, TYPE, ORDER, FIRST = 3.0, 1.0, 0.25, 2.0
-CONFIDENCE = {"signature": 0.9, "type": 0.6, "order": 0.3, "name+shape": 0.95, "name": 0.75}
+#: what a signature hit adds where the kernel's name also names the op (``MulFunctor`` for ``mul``,
+#: ``triton_poi_fused_mul_silu`` for ``silu``): pointwise ops share one signature, not one kernel
+OWN_NAME = 1.0
+CONFIDENCE = {"name+shape": 0.95, "name": 0.75}
+#: a kernel binding's confidence is its evidence's strength, less where a neighbouring op's
+#: signature would take the kernel too (AMBIGUOUS), scaled by how well the layer fits: the share
+#: of its kernels that signatures name and of its launching nodes that got one (full at FIT)
+STRENGTH = {"signature": 1.0, "type": 0.6, "order": 0.3}
+AMBIGUOUS, FIT = 0.75, 0.8
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,8 @@ class BindKernels(ModulePass):
         else:
             result = bind_profile_ops(graph, trace, layer)
         result.write(graph)
+        for w in result.warnings:
+            ctx.warn(w)
         ctx.analyses["binding"] = result
 
 
@@ -115,6 +125,8 @@ class Binding:
     events: dict[Node, list[dict]] = field(default_factory=dict)
     unbound_events: list[dict] = field(default_factory=list)
     unbound_nodes: list[str] = field(default_factory=list)
+    unbound_ops: list[dict] = field(default_factory=list)  #: profiled ops no node took that launched no kernel
+    warnings: list[str] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     bound_index: dict[int, Node] = field(default_factory=dict)  #: event index (kernel or cpu op) → node
 
@@ -124,7 +136,7 @@ class Binding:
         for n, events in self.events.items():
             n.meta["trace_kernels"] = events
         graph.meta["trace_summary"] = self.summary
-        graph.meta["trace_unbound"] = {"kernels": self.unbound_events, "nodes": self.unbound_nodes}
+        graph.meta["trace_unbound"] = {"kernels": self.unbound_events, "nodes": self.unbound_nodes, "ops": self.unbound_ops}
 
 
 def _us(ns) -> float:
@@ -150,16 +162,26 @@ def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | Non
         split = layers_of(trace, chosen.kernels, layers.layer)
         how = {"phase": "decode", "replay": replay, "graph_id": chosen.graph, "replay_from": chosen.how}
     else:
-        eager = [idx for idx in by_pass(layers.pass_of, k.start) if len(idx) and layers.pass_of[idx[0]] % 2 == 0
-                 and (layers.layer[idx] >= 0).any()]
+        eager = eager_passes(trace, by_pass(layers.pass_of, k.start))
         if not eager:
-            raise LayercError("no eager (prefill) pass with decoder layers in the trace; try --phase decode", trace.source)
+            raise LayercError(f"no eager (prefill) pass in {trace.source}: all {len(k)} kernels ran in CUDA-graph replays; "
+                              "try --phase decode", trace.source)
+        eager = [idx for idx in eager if (layers.layer[idx] >= 0).any()]
+        if not eager:
+            raise LayercError(f"no eager (prefill) pass in {trace.source} has decoder layers; try --phase decode", trace.source)
         if not 0 <= replay < len(eager):
             raise LayercError(f"the trace has {len(eager)} eager passes; --replay takes 0..{len(eager) - 1}", trace.source)
         split = layers_of(trace, eager[replay], layers.layer)
         how = {"phase": "prefill", "pass": replay}
     how.update(strategy=layers.strategy, layers_found=len(split))
     return split, how
+
+
+def eager_passes(trace: Trace, passes: list[np.ndarray]) -> list[np.ndarray]:
+    """The passes whose kernels mostly ran outside graph replays (pass numbers cannot tell: they
+    are renumbered per device and there may be no replay between two eager passes)."""
+    replayed = trace.replayed() | (trace.kernels.graph_node_id >= 0)
+    return [idx for idx in passes if len(idx) and replayed[idx].mean() < 0.5]
 
 
 class _KernelAligner:
@@ -176,6 +198,8 @@ class _KernelAligner:
         self.types = np.asarray(TYPES, object)[self.cls.type]
         self._hits: dict[int, np.ndarray] = {}
         self._typed: dict[int, np.ndarray] = {}
+        self._own: dict[str, np.ndarray] = {}
+        self._starts: dict[int, np.ndarray] = {}
 
     def signature(self, n: Node):
         return self.table.lookup(op_name(n.target or ""))
@@ -190,6 +214,24 @@ class _KernelAligner:
         if key not in self._typed:
             self._typed[key] = np.isin(self.types, list(sig.types))
         return hit[events] == 2, self._typed[key][events]
+
+    def starters(self, sig, events: np.ndarray) -> np.ndarray:
+        """Whether each kernel may be the first of a run of ``sig``'s op."""
+        key = id(sig)
+        if key not in self._starts:
+            self._starts[key] = np.ones(len(self.names), bool) if sig.follows is None else None
+        if self._starts[key] is None:
+            self._starts[key] = np.fromiter((sig.starts(n) for n in self.names), bool, len(self.names))
+        return self._starts[key][events]
+
+    def own_name(self, op: str, events: np.ndarray) -> np.ndarray:
+        """Whether each kernel's name names ``op`` as a word (``Sub`` in ``SubFunctor``, ``_sub_``)."""
+        own = self._own.setdefault(op, np.zeros(len(self.names), np.int8))  # 0 unknown, 1 no, 2 yes
+        todo = events[own[events] == 0]
+        if len(todo):
+            word = re.compile(rf"(?<![A-Za-z])(?:{re.escape(op)}|{re.escape(op.capitalize())})(?![a-z])")
+            own[todo] = [2 if word.search(self.names[j]) else 1 for j in todo]
+        return own[events] == 2
 
     def align(self, ops: list[Node], kernels: np.ndarray, aux: set[Node] | None = None) -> dict[int, Node]:
         """Kernel index → node, for ``kernels`` in start order: the main stream against the main
@@ -211,7 +253,7 @@ class _KernelAligner:
         for plan in plans:
             total, owner_of = 0.0, {}
             for rows, events in plan:
-                t, owner = self._run([sigs[r] for r in rows], events)
+                t, owner = self._run([sigs[r] for r in rows], [op_name(ops[r].target or "") for r in rows], events)
                 total += t
                 owner_of.update({int(e): ops[rows[o]] for e, o in zip(events, owner) if o >= 0})
             # the plan whose kernels the signatures name most wins; the score breaks ties
@@ -220,14 +262,16 @@ class _KernelAligner:
                 best = ((named, total), owner_of)
         return best[1]
 
-    def _run(self, sigs: list, events: np.ndarray) -> tuple[float, np.ndarray]:
+    def _run(self, sigs: list, names: list[str], events: np.ndarray) -> tuple[float, np.ndarray]:
         def score(i: int) -> np.ndarray:
             if sigs[i] is None:
                 return np.full(len(events), ORDER)
             hit, typed = self.evidence(sigs[i], events)
-            return np.where(hit, SIGNATURE, np.where(typed, TYPE, NO))
+            return np.where(hit, SIGNATURE + OWN_NAME * self.own_name(names[i], events), np.where(typed, TYPE, NO))
 
-        bonus = np.array([FIRST if s is not None else 0.0 for s in sigs])
+        def bonus(i: int) -> np.ndarray:
+            return FIRST * self.starters(sigs[i], events) if sigs[i] is not None else np.zeros(len(events))
+
         owner, total = align_many(len(sigs), len(events), score, bonus, np.zeros(len(events)))
         return total, owner
 
@@ -236,6 +280,26 @@ class _KernelAligner:
         if sig is None:
             return "order"
         return "signature" if self.evidence(sig, np.array([kernel]))[0][0] else "type"
+
+
+def with_model_ops(full: Graph | None, ops: list[Node], table: SignatureTable) -> list[Node]:
+    """``ops`` with the model-level ops (no layer) just before and after them in ``full``: the
+    embedding before the first layer, the final norm and lm_head after the last, whose kernels
+    ``detect-layers`` leaves in the edge layers. Aligned with the layer, they take those kernels
+    instead of pulling the layer's nodes off theirs."""
+    if full is None or not ops:
+        return ops
+    every = [n for n in full.nodes if n.kind == OP and not table.is_view(op_name(n.target or ""))]
+    names = {n.name for n in ops}
+    at = [i for i, n in enumerate(every) if n.name in names]
+    if not at:
+        return ops
+    lo, hi = at[0], at[-1] + 1
+    while lo > 0 and every[lo - 1].meta.get("layer") is None:
+        lo -= 1
+    while hi < len(every) and every[hi].meta.get("layer") is None:
+        hi += 1
+    return every[lo:at[0]] + ops + every[at[-1] + 1:hi]
 
 
 def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str, replay: int,
@@ -254,9 +318,14 @@ def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str
         if layer is not None and not 0 <= layer < len(split):
             raise LayercError(f"the {how['phase']} pass has {len(split)} layers; there is no layer {layer}", trace.source)
         idx = np.concatenate(split) if layer is None else split[layer]
-        owner_of = aligner.align(ops, idx)
+        mine = set(ops)
+        owner_of = aligner.align(with_model_ops(full, ops, table) if layer is not None else ops, idx)
+        idx = np.array([j for j in idx.tolist() if owner_of.get(j, ops[0]) in mine], np.int64)
+        owner_of = {j: n for j, n in owner_of.items() if n in mine}
         how["layer_from"] = "detect-layers" if layer is not None else "whole pass"
     else:
+        if not 0 <= layer < graph_layers:
+            raise LayercError(f"the graph has {graph_layers} layers; there is no layer {layer}", trace.source)
         everything = np.concatenate(split)
         from layerc.passes.groups import aux_regions
 
@@ -284,19 +353,41 @@ def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str
             item["type"] = aligner.types[kernel]
             result.unbound_events.append(item)
             continue
-        kind = aligner.kind(node, kernel)
-        item.update(confidence=CONFIDENCE[kind], evidence=kind)
+        item["evidence"] = aligner.kind(node, kernel)
         result.events.setdefault(node, []).append(item)
         result.bound_index[kernel] = node
     result.unbound_nodes = [n.name for n in ops if aligner.signature(n) is not None and n not in result.events]
+    fit = _confidences(aligner, ops, result, len(idx))
+    if fit < FIT:
+        result.warnings.append(f"bind-kernels: the trace fits layer {layer} poorly (fit {fit:.2f}: the share of its "
+                               "kernels that the ops' signatures name, or of its launching nodes that got a kernel); "
+                               "is the trace of this model? Confidences are scaled down")
     dur = k.end[idx] - k.start[idx]
     bound = np.array([j in owner_of for j in idx.tolist()], bool)
     result.summary = {
-        "total_duration_us": _us(dur.sum()), "kernel_count": int(len(idx)), "num_streams": int(len(np.unique(k.stream[idx]))),
+        "total_duration_us": _us(dur.sum()), "kernel_count": int(len(idx)), "num_streams": int(len(distinct(k.stream[idx]))),
         "bound_kernels": int(bound.sum()), "unbound_kernels": int((~bound).sum()), "bound_duration_us": _us(dur[bound].sum()),
-        "layer": layer, "match": "kernels", **how,
+        "layer": layer, "match": "kernels", "fit": round(fit, 3), **how,
     }
     return result
+
+
+def _confidences(aligner: _KernelAligner, ops: list[Node], result: Binding, kernels: int) -> float:
+    """Set each bound kernel's confidence (see STRENGTH) and return the layer's fit."""
+    launching = [n for n in ops if aligner.signature(n) is not None]
+    named = sum(e["evidence"] == "signature" for v in result.events.values() for e in v)
+    got = sum(n in result.events for n in launching)
+    fit = min(named / max(kernels, 1), got / max(len(launching), 1)) if kernels else 0.0
+    position = {n: r for r, n in enumerate(ops)}
+    for node, events in result.events.items():
+        r = position[node]
+        neighbours = [aligner.signature(ops[x]) for x in (r - 1, r + 1) if 0 <= x < len(ops)]
+        for e in events:
+            j = np.array([e["index"]])
+            rival = any(sig is not None and (aligner.evidence(sig, j)[0][0] or e["evidence"] != "signature" and aligner.evidence(sig, j)[1][0])
+                        for sig in neighbours)
+            e["confidence"] = round(STRENGTH[e["evidence"]] * (AMBIGUOUS if rival else 1.0) * min(1.0, fit / FIT), 3)
+    return fit
 
 
 # -- ops of a PyTorch profile ------------------------------------------------------------------------
@@ -397,52 +488,74 @@ def bind_profile_ops(graph: Graph, trace: Trace, layer: int | None) -> Binding:
         ops = [mine[ops[r].name] for r in keep]
         node_dims = [node_dims[r] for r in keep]
 
-    # kernels launched by each outermost op (GPU profiles): through the op the launch ran in
-    kernels_of: dict[int, list[int]] = {}
-    k = trace.kernels
-    if len(k):
-        by_ext = {}
-        for i in range(len(c)):
-            if c.external_id[i] >= 0:
-                by_ext.setdefault(int(c.external_id[i]), i)
-        for j in range(len(k)):
-            op = by_ext.get(int(k.external_id[j]))
-            if op is not None:
-                kernels_of.setdefault(int(parent[op]), []).append(j)
+    kernels_of = launched_kernels(trace, parent)
     children: dict[int, list[int]] = {}
     for i in np.nonzero(parent != np.arange(len(c)))[0]:
         children.setdefault(int(parent[i]), []).append(int(i))
 
+    gpu = len(trace.kernels) > 0
     result = Binding()
-    total = 0
     for pos, op in enumerate(top.tolist()):
-        dur = int(c.end[op] - c.start[op])
         row = int(owner[pos])
-        item = {"kernel": names[op], "duration_us": _us(dur), "index": op}
-        if row < 0:
-            result.unbound_events.append(item)
+        item = {"kernel": names[op], "duration_us": _us(c.end[op] - c.start[op]), "index": op}
+        launched = [_kernel_item(trace, j, names[op]) for j in kernels_of.get(op, [])]
+        if row < 0:  # its kernels are unbound kernels; an op that ran none is an unbound op
+            (result.unbound_events if launched or not gpu else result.unbound_ops).extend(launched or [item])
             continue
         node = ops[row]
         kind = "name+shape" if op_dims[pos] == node_dims[row] else "name"
-        launched = kernels_of.get(op, [])
         if launched:  # a GPU profile: the node's kernels are the ones its op launched
-            entries = [{"kernel": trace.strings[int(k.short[j])], "full_name": trace.strings[int(k.name[j])],
-                        "duration_us": _us(k.end[j] - k.start[j]), "stream_id": int(k.stream[j]), "index": int(j),
-                        "op": names[op], "confidence": CONFIDENCE[kind], "evidence": kind} for j in launched]
-            total += int(sum(k.end[j] - k.start[j] for j in launched))
+            entries = [dict(e, confidence=CONFIDENCE[kind], evidence=kind) for e in launched]
+        elif gpu:  # ran on the host only (a view): listed, but no GPU time
+            entries = [dict(item, confidence=CONFIDENCE[kind], evidence=kind, cpu_only=True)]
         else:
             entries = [dict(item, confidence=CONFIDENCE[kind], evidence=kind)]
             entries += [{"kernel": names[ch], "duration_us": _us(c.end[ch] - c.start[ch]), "index": ch, "nested": True}
                         for ch in sorted(children.get(op, []), key=lambda x: c.start[x])]
-            total += dur
         result.events.setdefault(node, []).extend(entries)
         result.bound_index[op] = node
     result.unbound_nodes = [n.name for n in ops if n not in result.events]
-    counted = [e for v in result.events.values() for e in v if not e.get("nested")]
-    result.summary = {
-        "total_duration_us": _us(total), "kernel_count": len(counted),
-        "num_streams": len({e.get("stream_id", -1) for e in counted}) if counted else 0,
-        "bound_ops": len(result.bound_index), "unbound_ops": len(result.unbound_events),
-        "layer": layer, "match": "ops", "phase": "profile",
-    }
+    result.summary = {**_profile_totals(trace, result, gpu), "bound_ops": len(result.bound_index),
+                      "unbound_ops": int((owner < 0).sum()), "layer": layer, "match": "ops", "phase": "profile"}
     return result
+
+
+def launching_ops(trace: Trace) -> np.ndarray:
+    """Per kernel, the cpu op that launched it (kernel → launch by correlation → cpu op by
+    External id; the kernel's own External id where no launch is recorded), or -1."""
+    k = trace.kernels
+    own = link(k.external_id, trace.cpu_ops.external_id)
+    if not len(trace.launches):
+        return own
+    launch = trace.kernel_launch()
+    via = np.where(launch >= 0, trace.launch_cpu_op()[np.maximum(launch, 0)], -1)
+    return np.where(via >= 0, via, own)
+
+
+def launched_kernels(trace: Trace, parent: np.ndarray) -> dict[int, list[int]]:
+    """Outermost cpu op → the kernels it (or an op nested in it) launched, in start order."""
+    op = launching_ops(trace)
+    out: dict[int, list[int]] = {}
+    for j in np.nonzero(op >= 0)[0][np.argsort(trace.kernels.start[op >= 0], kind="stable")].tolist():
+        out.setdefault(int(parent[op[j]]), []).append(j)
+    return out
+
+
+def _kernel_item(trace: Trace, j: int, op: str) -> dict:
+    k = trace.kernels
+    return {"kernel": trace.strings[int(k.short[j])], "full_name": trace.strings[int(k.name[j])],
+            "duration_us": _us(k.end[j] - k.start[j]), "stream_id": int(k.stream[j]), "index": int(j), "op": op}
+
+
+def _profile_totals(trace: Trace, result: Binding, gpu: bool) -> dict:
+    """GPU profile: the kernels of the window's ops, bound or not (host-only ops have no GPU
+    time); CPU profile: the outermost bound ops, on no stream."""
+    if not gpu:
+        c, ops = trace.cpu_ops, list(result.bound_index)
+        return {"total_duration_us": _us((c.end[ops] - c.start[ops]).sum()), "kernel_count": len(ops), "num_streams": 0}
+    bound = [e for v in result.events.values() for e in v if not e.get("cpu_only")]
+    every = bound + result.unbound_events
+    return {"total_duration_us": round(sum(e["duration_us"] for e in every), 3), "kernel_count": len(every),
+            "num_streams": len({e["stream_id"] for e in every if e["stream_id"] >= 0}),
+            "bound_kernels": len(bound), "unbound_kernels": len(result.unbound_events),
+            "bound_duration_us": round(sum(e["duration_us"] for e in bound), 3)}

@@ -32,6 +32,11 @@ class Signature:
     launches: tuple[str, ...]
     fusible: bool = False  #: pointwise: a compiler may fuse it with its neighbours into one kernel
     exclude: re.Pattern | None = None  #: names that look like the op's kernels but are not (a fill is no add)
+    follows: re.Pattern | None = None  #: kernels that only follow another of the op's (split-K reduce): never its first
+
+    def starts(self, kernel: str) -> bool:
+        """Whether the kernel may be the first the op launches."""
+        return self.follows is None or self.follows.search(kernel) is None
 
     def names(self, kernel: str) -> bool:
         """Whether the kernel's name is one this op launches."""
@@ -73,8 +78,10 @@ def signature_table(path: str | None = None) -> SignatureTable:
             raise LayercError(f"{where}: an entry needs 'op' (a regex) and 'kernels' (a list of regexes)", str(file))
         kernels = "|".join(f"(?:{k})" for k in e["kernels"]) or "(?!)"
         exclude = _regex(file, f"{where}.exclude", "|".join(f"(?:{x})" for x in e["exclude"])) if e.get("exclude") else None
+        follows = _regex(file, f"{where}.follows", "|".join(f"(?:{x})" for x in e["follows"])) if e.get("follows") else None
         entries.append(Signature(_regex(file, f"{where}.op", e["op"]), _regex(file, f"{where}.kernels", kernels),
-                                 frozenset(e.get("types", ())), tuple(e.get("launches", ())), bool(e.get("fusible", False)), exclude))
+                                 frozenset(e.get("types", ())), tuple(e.get("launches", ())), bool(e.get("fusible", False)),
+                                 exclude, follows))
     return SignatureTable(views, entries, str(file))
 
 
@@ -96,13 +103,15 @@ def _running_argmax(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, np.maximum.accumulate(at)
 
 
-def align_many(rows: int, events: int, score: Callable[[int], np.ndarray], bonus: np.ndarray,
+def align_many(rows: int, events: int, score: Callable[[int], np.ndarray], bonus: np.ndarray | Callable[[int], np.ndarray],
                unbound: np.ndarray) -> tuple[np.ndarray, float]:
     """Per event, the row (node) it is bound to, or -1; and the total score of that assignment.
 
     ``score(i)`` gives row i's score for every event (``NO`` where it cannot take it), ``bonus[i]``
     what row i earns for taking at least one event (so that like nodes share like kernels instead
-    of one taking them all), ``unbound[j]`` the score of leaving event j to no node. A node's
+    of one taking them all); a callable ``bonus(i)`` gives it per event, as the run's first
+    event (a split-K reduction never starts a GEMM's run). ``unbound[j]`` is the score of
+    leaving event j to no node. A node's
     events form one run: its first event is bound, later ones in the run are bound where that
     scores better than leaving them unbound. The total score is maximal.
     """
@@ -112,7 +121,8 @@ def align_many(rows: int, events: int, score: Callable[[int], np.ndarray], bonus
     for i in range(rows):
         s = score(i)
         w_cum = np.concatenate(([0.0], np.cumsum(np.maximum(unbound, s))))
-        first = np.where(s > NO, prev[:-1] + bonus[i] + s - w_cum[1:], NO)  # run starts at event m (0-based)
+        b = bonus(i) if callable(bonus) else bonus[i]
+        first = np.where(s > NO, prev[:-1] + b + s - w_cum[1:], NO)  # run starts at event m (0-based)
         best, at = _running_argmax(first)
         through_run = w_cum[1:] + best
         take = through_run > prev[1:]

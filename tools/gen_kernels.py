@@ -60,30 +60,28 @@ def kernels_of_graph(graph: Graph, seed: int = 0, noise: float = 0.06, fuse: flo
 
     Choices are made per op role (op and shapes), not per occurrence: as in a real deployment,
     the same GEMM shape gets the same cuBLAS kernel and the same pointwise pair the same fusion
-    in every layer, so the layers repeat."""
+    in every layer, so the layers repeat. Noise is drawn per kernel: a fill or a copy follows any
+    kernel at the rate ``noise``."""
     from layerc.passes.groups import aux_regions
 
     table = signature_table()
-    ops = [n for n in graph.nodes if n.kind == OP]
-    aux = aux_regions(ops, set(ops))
+    every = [n for n in graph.nodes if n.kind == OP]
+    aux = aux_regions(every, set(every))
+    ops = [n for n in every if not table.is_view(op_name(n.target or ""))]
+    fused = fused_roles(ops, aux, seed, fuse)
+    noisy = random.Random(f"{seed}:noise")  # the same draws in every replay: a CUDA graph repeats
     out: list[dict] = []
     i = 0
     while i < len(ops):
         n = ops[i]
         name = op_name(n.target or "")
-        i += 1
-        if table.is_view(name):
-            continue
         sig = table.lookup(name)
-        nodes = [n]
-        role = random.Random(f"{seed}:{n.target}:{n.type.shape_text()}:{[v.type.shape_text() for v in n.inputs]}")
-        if sig is not None and sig.fusible and i < len(ops) and role.random() < fuse:
-            nxt = ops[i]
-            if table.lookup(op_name(nxt.target or "")) is sig and n in nxt.inputs and bool(aux.get(n)) == bool(aux.get(nxt)):
-                nodes.append(nxt)
-                i += 1
+        nodes = [n, ops[i + 1]] if i + 1 < len(ops) and _pair_role(n, ops[i + 1]) in fused and _fusible(n, ops[i + 1], aux) else [n]
+        i += len(nodes)
+        role = random.Random(f"{seed}:{_role(n)}")
         if len(nodes) > 1:
-            launches = ["triton_poi_fused_" + "_".join(op_name(m.target or "") for m in nodes) + "_0"]
+            kind = "poi" if table.lookup(op_name(nodes[1].target or "")) is sig else "red"
+            launches = [f"triton_{kind}_fused_" + "_".join(op_name(m.target or "") for m in nodes) + "_0"]
         elif sig is None:
             launches = [f"void at::native::vectorized_elementwise_kernel<4, at::native::{name}_kernel_cuda, std::array<char*, 2ul> >(int, at::native::{name}_kernel_cuda, std::array<char*, 2ul>)"]
         else:
@@ -94,11 +92,57 @@ def kernels_of_graph(graph: Graph, seed: int = 0, noise: float = 0.06, fuse: flo
             text = text.replace("{fill}", _digest(n.target or name)).replace("{Op}", name.capitalize())
             out.append({"name": text, "aux": bool(aux.get(n)), "nodes": [m.name for m in nodes],
                         "layer": n.meta.get("layer"), "op": name})
-            if role.random() < noise:
-                kind = role.random()
-                text = UNKNOWN.format(hex=f"{role.getrandbits(32):08x}") if kind < 0.3 else NOISE[int(kind * 10) % 2][0]
-                out.append({"name": text, "aux": False, "nodes": [], "layer": n.meta.get("layer"), "op": None})
+            if noisy.random() < noise:
+                out.append({"name": _noise_kernel(noisy), "aux": bool(aux.get(n)), "nodes": [], "layer": n.meta.get("layer"), "op": None})
     return out
+
+
+def _role(n) -> str:
+    return f"{n.target}:{n.type.shape_text()}:{[v.type.shape_text() for v in n.inputs]}"
+
+
+def _pair_role(a, b) -> str:
+    return f"{_role(a)}|{_role(b)}"
+
+
+def _reads(b, a) -> bool:
+    """Whether ``b`` reads ``a``'s output, directly or through views."""
+    table = signature_table()
+    todo, seen = list(b.inputs), set()
+    while todo:
+        v = todo.pop()
+        if v is a:
+            return True
+        if v not in seen and getattr(v, "kind", None) == OP and table.is_view(op_name(v.target or "")):
+            seen.add(v)
+            todo.extend(v.inputs)
+    return False
+
+
+def _fusible(a, b, aux: dict) -> bool:
+    """A pointwise op and the next op, pointwise or a norm, that reads it in the same layer and
+    on the same stream (a compiler does not fuse across a layer's start)."""
+    table = signature_table()
+    sa, sb = table.lookup(op_name(a.target or "")), table.lookup(op_name(b.target or ""))
+    return (sa is not None and sa.fusible and sb is not None and (sb.fusible or "NORM" in sb.types)
+            and a.meta.get("layer") == b.meta.get("layer") and bool(aux.get(a)) == bool(aux.get(b)) and _reads(b, a))
+
+
+def fused_roles(ops: list, aux: dict, seed: int, fuse: float) -> set[str]:
+    """The (op, next op) roles a compiler fuses into one Triton kernel: a pointwise op and the
+    next launching op of its layer and stream that reads it, pointwise too (``triton_poi``) or
+    a norm (``triton_red``). A share ``fuse`` of the roles, at least one where there is any."""
+    roles = {_pair_role(a, b) for a, b in zip(ops, ops[1:]) if _fusible(a, b, aux)}
+    if not roles:
+        return set()
+    return set(random.Random(f"{seed}:fuse").sample(sorted(roles), max(1, round(fuse * len(roles)))))
+
+
+def _noise_kernel(rng: random.Random) -> str:
+    """A fill, a copy or a kernel no table knows (three in ten)."""
+    if rng.random() < 0.3:
+        return UNKNOWN.format(hex=f"{rng.getrandbits(32):08x}")
+    return rng.choice(NOISE)[0]
 
 
 def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int = 1, noise: float = 0.06) -> dict:

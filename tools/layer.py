@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
         passes.append(BindKernels(trace=args.trace, phase=args.phase, replay=args.replay, match=args.match))
     pm = PassManager(passes)
-    pm.run(Context(), module)
+    ctx = Context()
+    pm.run(ctx, module)
+    for w in ctx.warnings:
+        sys.stderr.write(f"{args.trace or args.input}: warning: {w}\n")
     phases.extend(pm.timings)
 
     start = time.perf_counter()
