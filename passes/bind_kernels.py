@@ -61,14 +61,16 @@ class BindKernels(ModulePass):
 
     ``trace``: the trace file (or ``ctx.inputs["trace"]``, a loaded ``Trace``); ``phase``: which
     pass of the trace; ``layer``: the trace layer (default: the layer ``slice-layer`` cut);
-    ``replay``: which replay (decode) or eager pass (prefill); ``table``: another signature table.
+    ``replay``: which replay (decode) or eager pass (prefill), default (-1) the first replay or
+    the first complete eager pass (a pass cut by the profile's start lacks its first layers);
+    ``table``: another signature table.
     """
 
     name: ClassVar[str] = "bind-kernels"
     trace: str = ""
     phase: str = "auto"
     layer: int = -1
-    replay: int = 0
+    replay: int = -1
     match: str = "auto"
     table: str = ""
 
@@ -158,6 +160,7 @@ def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | Non
     if phase == "auto":
         phase = "decode" if trace.replays() else "prefill"
     if phase == "decode":
+        replay = max(replay, 0)
         chosen = pick_replay(trace, None, replay)
         split = layers_of(trace, chosen.kernels, layers.layer)
         how = {"phase": "decode", "replay": replay, "graph_id": chosen.graph, "replay_from": chosen.how}
@@ -169,12 +172,21 @@ def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | Non
         eager = [idx for idx in eager if (layers.layer[idx] >= 0).any()]
         if not eager:
             raise LayercError(f"no eager (prefill) pass in {trace.source} has decoder layers; try --phase decode", trace.source)
+        if replay < 0:
+            replay = first_complete(eager, layers)
         if not 0 <= replay < len(eager):
             raise LayercError(f"the trace has {len(eager)} eager passes; --replay takes 0..{len(eager) - 1}", trace.source)
         split = layers_of(trace, eager[replay], layers.layer)
         how = {"phase": "prefill", "pass": replay}
     how.update(strategy=layers.strategy, layers_found=len(split))
     return split, how
+
+
+def first_complete(eager: list[np.ndarray], layers) -> int:
+    """The first of the ``eager`` passes that ``detect-layers`` did not find cut by the profile
+    (a leading partial pass lacks its first layers, so its layer N is not the graph's), else 0."""
+    partial = layers.partial
+    return next((i for i, idx in enumerate(eager) if not partial[int(layers.pass_of[idx[0]])]), 0)
 
 
 def eager_passes(trace: Trace, passes: list[np.ndarray]) -> list[np.ndarray]:

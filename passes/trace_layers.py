@@ -38,6 +38,17 @@ from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 _LAYER_SPAN = re.compile(r"^nn\.Module: \w*?(DecoderLayer|Block|Layer)_(\d+)$")
 _NVTX_LAYER = re.compile(r"(?:^|[.\s/])(?:layers|h|blocks)[.\[_](\d+)(?:[.\]\s]|$)")
 ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
+#: types a kernel may have without belonging to the layer's own sequence: fills, copies, kernels no table knows
+WEAK = np.zeros(len(TYPES), bool)
+WEAK[[TYPES.index("MEMORY"), TYPES.index("OTHER")]] = True
+#: a period that fits LAYERS times in a longer one is the layer when it predicts this share of what the longer one does
+SHORTER, LAYERS = 0.75, 4
+#: an idle gap this many times the pass's median gap, at least IDLE_NS and half its longest, ends an eager forward pass
+IDLE, IDLE_NS = 20.0, 20_000
+#: a period predicting this share of the whole sequence is taken as it is (no noise to set aside)
+CLEAN = 0.8
+#: a weak kernel name is structural when it appears in this share of the periods
+RECURS = 0.8
 HEAVY = np.zeros(len(TYPES), bool)
 HEAVY[[ATTENTION, MOE, LINEAR, COMMUNICATION]] = True
 _BINARY_ADD = re.compile(r"(?i)(?<!OnSelf_)add")  #: ``OnSelf`` adds are tensor-scalar (the norm's eps)
@@ -53,6 +64,7 @@ class LayerResult:
     confidence: float  #: 0..1: span coverage, or how regular the found layers are
     period: int | None = None  #: kernels per layer (motif)
     layers_per_pass: list[int] = field(default_factory=list)
+    partial: list[bool] = field(default_factory=list)  #: per pass: fewer layers than the complete passes (cut by the profile)
 
 
 def passes(trace: Trace) -> np.ndarray:
@@ -145,6 +157,26 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
             s = float(np.mean(tokens[q:] == tokens[:-q]))
             if s >= score - 0.01:
                 best, score = q, s
+    return _shortest_unit(tokens, gaps, best, score)
+
+
+def _shortest_unit(tokens: np.ndarray, gaps: np.ndarray, best: int, score: float) -> tuple[int, float]:
+    """A layer, not the whole forward pass: passes run back to back repeat whole, and the pass
+    (layers plus embedding, lm_head, sampling: not a multiple of the layer) predicts a little
+    better than the layer. The shortest candidate that fits ``LAYERS`` times in ``best``, predicts
+    nearly as well, repeats exactly over three units in a row, and whose unit is a layer-like
+    sequence (three distinct kernels, one of them once: not a run of one kernel) is the period."""
+    for q in sorted(np.nonzero(gaps[: best // LAYERS + 1])[0].tolist()):
+        match = tokens[q:] == tokens[:-q]
+        s = float(np.mean(match))
+        if s < max(SHORTER * score, 0.35):
+            continue
+        at = _longest_match_run(match)
+        if at + 2 * q > len(match) or not match[at : at + 2 * q].all():
+            continue
+        names, counts = np.unique(tokens[at : at + q], return_counts=True)
+        if len(names) >= 3 and (counts == 1).any():
+            return q, s
     return best, score
 
 
@@ -165,6 +197,11 @@ class _Pass:
     def norm_like(self) -> np.ndarray:
         """Norm kernels and layer-start kernels."""
         return (self.kind == NORM) | self.start_flag
+
+    def take(self, keep: np.ndarray) -> _Pass:
+        """The kernels ``keep`` (a mask) as a pass of their own."""
+        return _Pass(*(getattr(self, f)[keep] for f in ("token", "short", "kind", "start_flag", "residual_add", "activation",
+                                                        "start", "end")))
 
 
 def _longest_match_run(match: np.ndarray) -> int:
@@ -215,12 +252,13 @@ def _occurrences(token: np.ndarray, signature: np.ndarray) -> np.ndarray:
     return np.array(keep, np.int64)
 
 
-def _layer_starts(p: _Pass, anchor: int, period: int) -> np.ndarray:
+def _layer_starts(p: _Pass, anchor: int, period: int, breaks: np.ndarray) -> np.ndarray:
     """Every layer's first kernel, given one layer's. Each layer has one kernel like the unit's
     first attention kernel; its layer starts at the kernel named like the anchor (short names:
     template variants such as the first layer's residual-free norm count) nearest to where the
-    anchor sits before the attention kernel. Without attention, the anchor's opening run of
-    kernels is matched as is."""
+    anchor sits before the attention kernel, and after the last of the ``breaks`` (idle gaps
+    between forward passes) before it. Without attention, the anchor's opening run of kernels is
+    matched as is."""
     att = np.nonzero(p.kind[anchor : anchor + period] == ATTENTION)[0]
     if not len(att):
         return _occurrences(p.token, p.token[anchor : anchor + min(period, 8)])
@@ -230,9 +268,10 @@ def _layer_starts(p: _Pass, anchor: int, period: int) -> np.ndarray:
     norm = np.nonzero(p.norm_like)[0]  # the first layer's norm may differ
     slack = max(2, d // 2)
     out = []
-    for x in hits.tolist():
+    after = np.r_[0, breaks][np.searchsorted(breaks, hits, side="right")]  # the last break at or before each hit
+    for x, floor in zip(hits.tolist(), after.tolist()):
         for pool in (same, norm):
-            lo, hi = np.searchsorted(pool, [x - d - slack, x], side="left")
+            lo, hi = np.searchsorted(pool, [max(x - d - slack, floor), x], side="left")
             window = pool[lo:hi]
             if len(window):
                 y = int(window[np.argmin(np.abs(window - (x - d)))])
@@ -242,19 +281,78 @@ def _layer_starts(p: _Pass, anchor: int, period: int) -> np.ndarray:
     return np.array(out, np.int64)
 
 
-def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
+def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray, int, float]:
     """Per position of one pass: layer index within its run (-1 outside layers), run index
-    (a run is one forward pass: layers that follow each other), the period and its score."""
+    (a run is one forward pass: layers that follow each other), the period and its score.
+    Noise kernels (fills, copies, unknown kernels in some layers only) would break the period:
+    it is found on the structural kernels, and the noise joins the layer it falls inside.
+    ``eager``: the pass may hold several forward passes back to back (not one graph replay), so
+    a long idle gap between two layers ends one."""
+    found = find_period(p.token)
+    if found[1] >= CLEAN:  # the noise does not hide the period
+        return _motif_layers(p, eager, found)
+    keep = structural(p, found[0] if found[1] >= 0.35 else 0)
+    if keep.all():
+        return _motif_layers(p, eager, found)
+    layer, run, period, score = _motif_layers(p.take(keep), eager, find_period(p.token[keep]))
+    return *_noise_back(layer, run, keep), period, score
+
+
+def structural(p: _Pass, period: int = 0) -> np.ndarray:
+    """Per kernel: whether it belongs to the repeating sequence. Kernels of confident types
+    (GEMM, attention, norm, MoE, communication, elementwise) do; a fill, copy or unknown kernel
+    does when its name recurs in most periods of the others (a per-layer KV copy), not when it
+    appears in some layers only. ``period``: the whole sequence's, when it has one (else the
+    period of the confident kernels is found)."""
+    weak = WEAK[p.kind]
+    if not weak.any() or weak.all():
+        return np.ones(len(weak), bool)
+    counted = np.ones(len(weak), bool) if period else ~weak  # the kernels the period counts
+    period = period or find_period(p.token[~weak])[0]
+    if not period:
+        return np.ones(len(weak), bool)
+    unit = (np.cumsum(counted) - 1) // period  # the period each kernel falls in
+    units = int(unit[-1]) + 1
+    names, inverse = np.unique(p.token[weak], return_inverse=True)
+    seen = np.unique(inverse.reshape(-1) * (units + 1) + np.maximum(unit[weak], 0))  # distinct (name, period)
+    recurs = np.bincount(seen // (units + 1), minlength=len(names)) >= RECURS * units
+    keep = ~weak
+    keep[np.nonzero(weak)[0][recurs[inverse.reshape(-1)]]] = True
+    return keep
+
+
+def _noise_back(layer: np.ndarray, run: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layers and runs of the structural kernels (``keep``) spread to the whole pass: a noise
+    kernel is in the layer of the kernel before it when the kernel after it is in a layer of the
+    same run (it ran inside the layers), else outside layers; it is in the run of the kernel
+    before it (the first run before the first structural kernel)."""
+    pos = np.nonzero(keep)[0]
+    prev = np.maximum(np.cumsum(keep) - 1, 0)  # index into pos of the structural kernel at or before
+    nxt = np.minimum(np.searchsorted(pos, np.arange(len(keep))), len(pos) - 1)
+    out_layer, out_run = layer[prev], run[prev]
+    noise = ~keep
+    before = noise & (np.arange(len(keep)) < pos[0])
+    inside = (layer[prev] >= 0) & (layer[nxt] >= 0) & (run[nxt] == run[prev]) & ~before
+    out_layer = np.where(noise & ~inside, -1, out_layer)
+    out_layer[keep] = layer
+    out_run[keep] = run
+    out_run[before] = run[0]
+    return out_layer, out_run
+
+
+def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """``motif_layers`` on a pass of structural kernels whose period and score are ``found``."""
     n = len(p.token)
     layer, run = np.full(n, -1, np.int64), np.zeros(n, np.int64)
-    period, score = find_period(p.token)
+    period, score = found
     if not period or score < 0.35:
         return layer, run, 0, score
     s = _longest_match_run(p.token[period:] == p.token[:-period])
     anchor = s + _phase(p, s, period)
     if anchor + period > n:
         anchor -= period
-    starts = _layer_starts(p, anchor, period)
+    breaks = _idle_breaks(p) if eager else np.zeros(0, np.int64)
+    starts = _layer_starts(p, anchor, period, breaks)
     if not len(starts):
         return layer, run, period, score
     gaps = np.diff(starts)
@@ -263,7 +361,7 @@ def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
     # A long gap ends a run (one forward pass, then the next) unless the layer's own norms say
     # it reaches the next start (a MoE layer after dense ones is longer, not a break).
     reaches = (natural[:-1] >= 0) & (natural[:-1] >= starts[1:] - 2)
-    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches]
+    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts)]
     run_of = np.cumsum(new_run) - 1
     ends = np.r_[starts[1:], n]
     last = np.r_[new_run[1:], True]
@@ -276,6 +374,23 @@ def motif_layers(p: _Pass) -> tuple[np.ndarray, np.ndarray, int, float]:
     cut = [0] + [_idle_cut(p.start, p.end, int(ends[f - 1]), int(starts[f])) for f in first_of_run[1:].tolist()]
     run[:] = np.searchsorted(np.array(cut), np.arange(n), side="right") - 1
     return layer, run, period, score
+
+
+def _idle_breaks(p: _Pass) -> np.ndarray:
+    """Positions of the kernels that start after the GPU sat idle far longer than between the
+    pass's kernels, and about as long as its longest wait (the host waited for one forward
+    pass's result before launching the next)."""
+    idle = p.start[1:] - np.maximum.accumulate(p.end)[:-1]
+    if not len(idle):
+        return np.zeros(0, np.int64)
+    # the waits between forward passes are alike and the longest; a stall inside one is shorter
+    limit = max(IDLE * float(np.median(np.maximum(idle, 0))), IDLE_NS, 0.5 * float(idle.max()))
+    return np.nonzero(idle >= limit)[0] + 1
+
+
+def _between(breaks: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per pair of consecutive layer starts: whether a break lies after the first, up to the second."""
+    return np.searchsorted(breaks, starts[1:], side="right") > np.searchsorted(breaks, starts[:-1], side="right")
 
 
 def _idle_cut(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
@@ -489,10 +604,24 @@ def detect_layers(
         share = float((spans.layer >= 0).mean())
         if share < 0.25:  # spans around a few layers do not decide
             raise ValueError(f"the nn.Module or NVTX layer spans hold {100 * share:.1f}% of the kernels; ground truth needs 25%")
-        return _with_spans(trace, spans, pass_of, None, None if merge else _Columns.of(trace, cls))
+        return mark_partial(_with_spans(trace, spans, pass_of, None, None if merge else _Columns.of(trace, cls)))
     columns = _Columns.of(trace, cls)
     found = _by_kernels(columns, pass_of, strategy, merge)
-    return found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns)
+    return mark_partial(found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns))
+
+
+def mark_partial(r: LayerResult) -> LayerResult:
+    """Mark the passes with fewer layers than the complete ones (the most any pass has) as
+    partial, and number a leading partial pass's layers from the end: the profile began in the
+    middle of that forward pass, so its first layer is not layer 0."""
+    counts = r.layers_per_pass
+    full = max(counts, default=0)
+    r.partial = [0 < n < full for n in counts]
+    first = next((q for q, n in enumerate(counts) if n), None)
+    if first is not None and r.partial[first]:
+        mine = (r.pass_of == first) & (r.layer >= 0)
+        r.layer[mine] += full - counts[first]
+    return r
 
 
 def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bool) -> LayerResult:
@@ -514,7 +643,7 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
     for idx in by_pass(pass_of, k.start):
         p = columns.at(idx)
         if name == "motif":
-            got, run, period, score = motif_layers(p)
+            got, run, period, score = motif_layers(p, eager=not columns.replayed[idx].any())
             if period:
                 scores.append(score * len(idx))
                 periods.append(period)
@@ -617,9 +746,10 @@ def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern) -> np.ndarray
 
 
 def _regularity(token: np.ndarray, layer: np.ndarray) -> float:
-    """Share of layers whose kernel sequence is the most common one (1.0: all alike)."""
+    """Share of layers whose kernel sequence is the most common one (1.0: all alike); 0 for a
+    single layer, which shows no repeat (a whole pass taken for one layer is no finding)."""
     ids = [i for i in np.unique(layer).tolist() if i >= 0]
-    if not ids:
+    if len(ids) < 2:
         return 0.0
     seqs = Counter(tuple(token[layer == i].tolist()) for i in ids)
     return seqs.most_common(1)[0][1] / len(ids)

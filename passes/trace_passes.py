@@ -20,7 +20,7 @@ from layerc.ir.trace import Trace
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
-from layerc.passes.trace_layers import STRATEGIES, LayerResult, by_pass, detect_layers, merge_half_layers, per_pass_counts
+from layerc.passes.trace_layers import STRATEGIES, LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
 
 
 @dataclass
@@ -102,7 +102,7 @@ class MergeHalfLayers(ModulePass):
         for idx in by_pass(layers.pass_of, start):
             merged[idx] = merge_half_layers(layers.layer[idx], kind[idx])
         per = per_pass_counts(merged, layers.pass_of)
-        module.layers = LayerResult(merged, layers.pass_of, layers.strategy, layers.confidence, layers.period, per)
+        module.layers = mark_partial(LayerResult(merged, layers.pass_of, layers.strategy, layers.confidence, layers.period, per))
         module.table = module.stage = None
 
 

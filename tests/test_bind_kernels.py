@@ -322,6 +322,33 @@ def test_gpu_profile_lists_every_kernel_and_only_gpu_time(shared, tmp_path):
     assert s["total_duration_us"] == pytest.approx(sum(e["duration_us"] for e in bound + result.unbound_events), abs=0.01)
     assert any(e.get("cpu_only") for v in result.events.values() for e in v)  # views are listed, not counted
     assert s["num_streams"] == len(np.unique(trace.kernels.stream)) == 1
+    _assert_true_layer(trace, result, 5)
+
+
+def _assert_true_layer(trace, result, layer: int) -> None:
+    """Every kernel the binding listed ran in ``layer`` of the profile's complete forward pass,
+    as its nn.Module spans say (the partial pass before it has no spans)."""
+    from layerc.passes.trace_layers import from_spans
+
+    listed = [e["index"] for v in result.events.values() for e in v if "stream_id" in e] + [e["index"] for e in result.unbound_events]
+    assert listed and set(from_spans(trace)[listed].tolist()) == {layer}
+
+
+def test_gpu_profile_kernels_bind_the_complete_pass(shared, tmp_path):
+    """Matched as kernels (detect-layers, no cpu ops), the default pass is the first complete one,
+    not the tail of the pass the profile began in (whose layers are 14..23, not 0..9)."""
+    from layerc.tools.export_hf import export_graph_module, write_dump
+
+    _, gm = export_graph_module("qwen2", 24)
+    with open(tmp_path / "dump.txt", "w") as f:
+        write_dump(f, gm)
+    trace = read_trace(shared / "data/traces/torch/hf_qwen1.5-0.5b_h100.json.gz")
+    module = load(str(tmp_path / "dump.txt"))
+    ctx = Context(inputs={"trace": trace})
+    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=5), BindKernels(match="kernels")):
+        p.apply(ctx, module)
+    assert module.graphs[0].meta["trace_summary"]["pass"] == 1
+    _assert_true_layer(trace, ctx.analyses["binding"], 5)
 
 
 def test_prefill_on_a_decode_only_trace_is_a_clear_error(generated, tmp_path):

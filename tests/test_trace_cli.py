@@ -40,9 +40,9 @@ GEN = {
     "deepseek_v3-spans": dict(model="deepseek_v3", vendor="rocm", tp=8, layers=5, seed=2, ground_truth_spans=True),
     "qwen3-2-prefills-spans": dict(model="qwen3", vendor="cuda", tp=4, layers=6, seed=3, prefill=2, decode=1, ground_truth_spans=True),
 }
-JSON_KEYS = {"kernel_count", "num_layers", "layers_per_pass", "strategy", "confidence", "stages", "types",
+JSON_KEYS = {"kernel_count", "num_layers", "layers_per_pass", "partial_passes", "strategy", "confidence", "stages", "types",
              "unknown_stage_pct", "unclassified_pct", "orphans", "layers"}
-LAYER_KEYS = {"pass", "index", "type", "stage", "kernel_count", "duration_ns", "first_kernel", "last_kernel"}
+LAYER_KEYS = {"pass", "partial", "index", "type", "stage", "kernel_count", "duration_ns", "first_kernel", "last_kernel"}
 CSV_HEADER = ["pass", "layer", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns", "first_kernel", "last_kernel"]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -92,11 +92,15 @@ def check_totals(doc: dict) -> None:
         assert sum(v["time_ns"] for v in doc[key].values()) == doc["total_kernel_time_ns"], key
     assert 0 <= doc["unknown_stage_pct"] <= 100 and 0 <= doc["unclassified_pct"] <= 100
     assert 0 <= doc["confidence"] <= 1
-    # layers in pass order, then index order; a pass's indices are 0..n-1
+    # layers in pass order, then index order; a pass's indices are 0..n-1, a leading partial
+    # pass's the last n of a complete pass's
     keys = [(x["pass"], x["index"]) for x in doc["layers"]]
     assert keys == sorted(keys)
-    for q, n in Counter(x["pass"] for x in doc["layers"]).items():
-        assert [x["index"] for x in doc["layers"] if x["pass"] == q] == list(range(n))
+    counts = Counter(x["pass"] for x in doc["layers"])
+    full = max(counts.values(), default=0)
+    for q, n in counts.items():
+        first = full - n if q in doc["partial_passes"] and q == min(counts) else 0
+        assert [x["index"] for x in doc["layers"] if x["pass"] == q] == list(range(first, first + n))
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -171,6 +175,14 @@ def test_hf_ground_truth(torch_dir, report):
     assert only["strategy"] == "ground-truth" and only["layers_per_pass"] == [24]
     same = lambda layers, q: [{**x, "pass": None} for x in layers if x["pass"] == q]  # noqa: E731
     assert same(doc["layers"], 1) == same(only["layers"], 0) and len(only["layers"]) == 24
+
+
+def test_hf_partial_pass_in_json(torch_dir, report):
+    """The pass the profile began in is marked partial and its layers are the last 10 of 24."""
+    doc = report(torch_dir / HF)
+    assert doc["partial_passes"] == [0]
+    assert [x["index"] for x in doc["layers"] if x["partial"]] == list(range(14, 24))
+    assert [x["index"] for x in doc["layers"] if not x["partial"]] == list(range(24))
 
 
 # -- JSON on generated traces, against their truth -------------------------------------------------

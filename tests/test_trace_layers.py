@@ -469,3 +469,72 @@ def test_passes_of_the_decode_trace(real):
     (replay,) = trace.replays().values()
     assert len(np.unique(p[replay])) == 1
     assert len(np.unique(p)) == 3  # eager inputs, the replay, eager sampling after it
+
+
+# -- noise kernels, back-to-back passes, a pass cut by the profile's start ---------------------------
+
+
+def test_find_period_of_back_to_back_passes_is_one_layer():
+    """Two passes (inputs, layers, lm_head and sampling) back to back repeat whole, and the pass
+    predicts a little better than the layer; the layer is the period."""
+    unit = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    one = [1, 2, 3] + unit * 32 + [4, 5, 6, 7]
+    assert find_period(np.array(one * 2, np.int64))[0] == len(unit)
+
+
+def _kernel_truth(trace, truth) -> np.ndarray:
+    """Per kernel of a gen-kernels replay, its true layer (-1 outside layers)."""
+    k = trace.kernels
+    rows = {(t["start"], t["stream"]): t for t in truth["kernels"]}
+    return np.array([-1 if (t := rows[(int(s), int(q))])["layer"] is None else t["layer"] for s, q in zip(k.start.tolist(), k.stream.tolist())])
+
+
+@pytest.mark.parametrize("arch, depth, seed", [("deepseek_v3", 61, 0), ("deepseek_v3", 61, 1), ("llama", 32, 2)])
+def test_noise_kernels_do_not_break_the_motif(arch, depth, seed, tmp_path):
+    """gen-kernels replays carry a fill, copy or unknown kernel after some kernels, different ones
+    in each layer: the period is found on the structural kernels and the noise joins its layer."""
+    from layerc.tools import gen_dump
+    from layerc.tools.gen_kernels import generate as gen_kernels
+
+    gen_dump.write(arch, tmp_path, layers=depth)
+    truth = gen_kernels(tmp_path, tmp_path / "r.json.gz", seed=seed, replays=2)
+    trace = read_trace(tmp_path / "r.json.gz")
+    r = detect_layers(trace, "auto")
+    assert r.strategy == "motif" and r.layers_per_pass == [depth, depth]
+    assert agreement(r.layer, _kernel_truth(trace, truth)) == 1.0
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_back_to_back_eager_passes_without_spans(model, tmp_path):
+    """Two eager prefill passes, no spans: the period is one layer (not the whole pass), and the
+    idle wait for the first pass's result splits the passes."""
+    path = tmp_path / "p.json.gz"
+    truth = generate(path, model=model, prefill=2, decode=0, seed=0)
+    trace = read_trace(path)
+    layer, pass_, per_pass = truth_columns(trace, truth)
+    for strategy in ("auto", "motif"):
+        r = detect_layers(trace, strategy)
+        assert r.layers_per_pass == per_pass == [MODELS[model].layers] * 2
+        assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) >= 0.95
+
+
+def test_nsys_two_eager_steps_without_spans(tmp_path):
+    """The same in an nsys export, by motif (the NVTX ranges, withheld, are the truth)."""
+    path = tmp_path / "eager.sqlite"
+    gen_nsys.generate(path, layers=8, replays=0, eager_steps=2)
+    trace = read_trace(path)
+    truth = detect_layers(trace, "ground-truth")
+    r = detect_layers(trace, "motif")
+    assert r.layers_per_pass == [8, 8]
+    assert _same_passes(r, truth.pass_of, truth.layer) and agreement(r.layer, truth.layer) >= 0.95
+
+
+@pytest.mark.parametrize("strategy", ["auto", "motif"])
+def test_hf_leading_partial_pass_numbers_its_layers_from_the_end(real, strategy):
+    """The profile began inside a forward pass: its 10 layers are the last 10 of 24 and the pass
+    is marked partial; the complete pass is numbered from 0."""
+    trace = real(HF)
+    r = detect_layers(trace, strategy)
+    assert r.layers_per_pass == [10, 24] and r.partial == [True, False]
+    assert sorted(set(r.layer[(r.pass_of == 0) & (r.layer >= 0)].tolist())) == list(range(14, 24))
+    assert sorted(set(r.layer[(r.pass_of == 1) & (r.layer >= 0)].tolist())) == list(range(24))

@@ -31,7 +31,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE", help="bind the kernels of this trace (nsys, Kineto; or a PyTorch profile of the exported model) to the layer's nodes")
     p.add_argument("--phase", choices=("auto", "decode", "prefill"), default="auto",
                    help="with --trace: a CUDA-graph replay (decode) or an eager pass (prefill) (default: decode when the trace has replays)")
-    p.add_argument("--replay", type=natural_int, default=0, metavar="K", help="with --trace: which replay or eager pass (default 0)")
+    p.add_argument("--replay", type=natural_int, default=-1, metavar="K",
+                   help="with --trace: which replay or eager pass (default: the first replay, or the first eager pass the profile holds whole)")
     p.add_argument("--match", choices=("auto", "kernels", "ops"), default="auto",
                    help="with --trace: bind GPU kernels by signature, or profiled aten ops by name and shape (default: decide from the trace)")
     p.add_argument("--timing", action="store_true", help="print how long each step took, to stderr")

@@ -137,6 +137,8 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "total_kernel_time_ns": total,
         "num_layers": int(a.rows.sum()),
         "layers_per_pass": _layers_per_pass(a),
+        # passes cut by the profile's start or end: a leading one numbers its layers from the end
+        "partial_passes": [q for q, cut in enumerate(a.layers.partial) if cut],
         "strategy": a.layers.strategy,
         "confidence": round(a.layers.confidence, 4),
         "period": a.layers.period,
@@ -147,7 +149,7 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
         "layers": [
             {
-                "pass": int(t.pass_index[r]), "index": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
+                "pass": int(t.pass_index[r]), "partial": bool(a.layers.partial[int(t.pass_index[r])]), "index": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
                 "kernel_count": int(t.kernel_count[r]), "duration_ns": int(t.duration[r]),
                 "start_ns": int(t.start[r]), "end_ns": int(t.end[r]),
                 "first_kernel": _short(a, int(t.first[r])), "last_kernel": _short(a, int(t.last[r])),
@@ -235,7 +237,8 @@ def show(a: Analysis, args: argparse.Namespace) -> None:
     replayed = a.trace.replayed()
     for q, n in enumerate(lay.layers_per_pass):
         sel = lay.pass_of == q
-        cells = [str(q), a.pass_label(q, "-"), "graph replay" if replayed[sel].all() else "eager", f"{int(sel.sum()):,}", str(n)]
+        kind = ("graph replay" if replayed[sel].all() else "eager") + (" (partial)" if lay.partial[q] else "")
+        cells = [str(q), a.pass_label(q, "-"), kind, f"{int(sel.sum()):,}", str(n)]
         if args.num_layers:
             cells.append("ok" if n == args.num_layers else f"[red]{args.num_layers}[/]" if n else "-")
         passes.add_row(*cells)
