@@ -299,20 +299,33 @@ def test_profile_layer_binding_through_the_cli(tmp_path):
     assert len(bound) >= 0.9 * len([n for n in doc["nodes"] if n["op"].startswith("aten.")])
 
 
-def test_gpu_profile_lists_every_kernel_and_only_gpu_time(shared, tmp_path):
-    """HF Qwen1.5-0.5B profiled eagerly on an H100: the kernels of an op no node took (the
-    flash-attention kernel of aten::scaled_dot_product_attention) are unbound kernels; views,
-    which launch nothing, stay out of the GPU totals; the trace's one stream counts once."""
+@pytest.fixture(scope="module")
+def qwen2_dump(tmp_path_factory):
+    """A 24-layer qwen2 export, the model family of the HF Qwen1.5-0.5B H100 profile."""
     from layerc.tools.export_hf import export_graph_module, write_dump
 
     _, gm = export_graph_module("qwen2", 24)
-    with open(tmp_path / "dump.txt", "w") as f:
+    path = tmp_path_factory.mktemp("qwen2") / "dump.txt"
+    with open(path, "w") as f:
         write_dump(f, gm)
+    return path
+
+
+def _bind_hf_layer5(shared, dump, bind: BindKernels):
+    """Layer 5 of the dump bound to the H100 profile: (trace, module, context)."""
     trace = read_trace(shared / "data/traces/torch/hf_qwen1.5-0.5b_h100.json.gz")
-    module = load(str(tmp_path / "dump.txt"))
+    module = load(str(dump))
     ctx = Context(inputs={"trace": trace})
-    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=5), BindKernels()):
+    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=5), bind):
         p.apply(ctx, module)
+    return trace, module, ctx
+
+
+def test_gpu_profile_lists_every_kernel_and_only_gpu_time(shared, qwen2_dump):
+    """HF Qwen1.5-0.5B profiled eagerly on an H100: the kernels of an op no node took (the
+    flash-attention kernel of aten::scaled_dot_product_attention) are unbound kernels; views,
+    which launch nothing, stay out of the GPU totals; the trace's one stream counts once."""
+    trace, module, ctx = _bind_hf_layer5(shared, qwen2_dump, BindKernels())
     result, s = ctx.analyses["binding"], module.graphs[0].meta["trace_summary"]
     bound = [e for v in result.events.values() for e in v if not e.get("cpu_only")]
     unbound = {e["kernel"] for e in result.unbound_events}
@@ -334,19 +347,10 @@ def _assert_true_layer(trace, result, layer: int) -> None:
     assert listed and set(from_spans(trace)[listed].tolist()) == {layer}
 
 
-def test_gpu_profile_kernels_bind_the_complete_pass(shared, tmp_path):
+def test_gpu_profile_kernels_bind_the_complete_pass(shared, qwen2_dump):
     """Matched as kernels (detect-layers, no cpu ops), the default pass is the first complete one,
     not the tail of the pass the profile began in (whose layers are 14..23, not 0..9)."""
-    from layerc.tools.export_hf import export_graph_module, write_dump
-
-    _, gm = export_graph_module("qwen2", 24)
-    with open(tmp_path / "dump.txt", "w") as f:
-        write_dump(f, gm)
-    trace = read_trace(shared / "data/traces/torch/hf_qwen1.5-0.5b_h100.json.gz")
-    module = load(str(tmp_path / "dump.txt"))
-    ctx = Context(inputs={"trace": trace})
-    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=5), BindKernels(match="kernels")):
-        p.apply(ctx, module)
+    trace, module, ctx = _bind_hf_layer5(shared, qwen2_dump, BindKernels(match="kernels"))
     assert module.graphs[0].meta["trace_summary"]["pass"] == 1
     _assert_true_layer(trace, ctx.analyses["binding"], 5)
 
