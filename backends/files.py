@@ -65,3 +65,16 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def output_dir(path: str | os.PathLike) -> Path:
+    """The directory ``path``, made if missing; a clear error (not an OS traceback) where a file
+    or something unwritable stands in the way."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise LayercError("a file, not a directory", str(out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LayercError(f"cannot make the directory {out}: {e.strerror}", str(out)) from None
+    return out

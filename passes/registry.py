@@ -41,8 +41,20 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     for ep in entry_points(group="layerc.passes"):
         if ep.name in passes:
             raise LayercError(f"pass '{ep.name}' is registered twice (entry point {ep.value})")
-        passes[ep.name] = ep.load
+        passes[ep.name] = _plugin_loader(ep)
     return passes
+
+
+def _plugin_loader(ep) -> Callable[[], type[ModulePass]]:
+    """A plugin's pass class; a plugin that fails to import is named in a clear error."""
+
+    def load() -> type[ModulePass]:
+        try:
+            return ep.load()
+        except Exception as e:  # any import-time failure of third-party code
+            raise LayercError(f"pass '{ep.name}' (plugin {ep.value}) failed to load: {type(e).__name__}: {e}") from None
+
+    return load
 
 
 def get_pass_class(name: str) -> type[ModulePass]:

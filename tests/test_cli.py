@@ -92,3 +92,13 @@ def test_package_imports_from_outside_the_repository(tmp_path):
     assert r.stdout.strip() == "ok", r.stderr
     r = subprocess.run([sys.executable, "-c", "import ir"], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode != 0  # never a top-level module named ir
+
+
+def test_an_output_directory_that_is_a_file_is_a_clear_error(tmp_path):
+    """gen-dump, gen-mem and mem write into a directory: a file there is named, no traceback."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep me")
+    for args in (["gen-dump", "llama", str(blocker)], ["gen-mem", str(blocker)]):
+        r = layerc(*args)
+        assert r.returncode == 1 and r.stderr.strip() == f"{blocker}: error: a file, not a directory"
+    assert blocker.read_text() == "keep me"

@@ -566,8 +566,9 @@ def export(
 ) -> dict:
     """Export ``arch`` with ``layers`` decoder layers into ``outdir``; returns paths and metadata."""
     _require_torch()
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
+    from layerc.backends.files import output_dir
+
+    outdir = output_dir(outdir)
     t0 = time.perf_counter()
     model, gm = export_graph_module(arch, layers, experts=experts, dtype=dtype)
     prefix = decoder_layers_prefix(model)

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from layerc.backends.autodeploy import print_module
-from layerc.backends.files import write_atomic
+from layerc.backends.files import output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize, target_base
 from layerc.ir.constants import DType
@@ -876,9 +876,7 @@ def write(arch: str, outdir: str | Path, layers: int | None = None, tokens: int 
     """Write ``NNN_<stage>_<transform>.txt`` (and ``..._truth.json``, for ``monolithic.model``) into
     ``outdir``; returns the dump path."""
     mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise)
-    outdir = Path(outdir)
-    path = outdir / dump_name(mod)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = output_dir(outdir) / dump_name(mod)
     write_atomic(path, print_module(mod))
     if with_truth:
         write_atomic(path.with_name(path.stem + "_truth.json"), json.dumps(truth(mod), indent=1) + "\n")

@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from layerc.backends.files import write_atomic
+from layerc.backends.files import output_dir, write_atomic
 
 #: Palettes, as in the emitters.
 PARTITION_COLORS = ("lightblue", "lightgreen", "lightsalmon", "lightyellow", "lightpink", "lightcyan", "lavender", "wheat")
@@ -741,8 +741,7 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(args.output, debug_log(kernels))
         sys.stdout.write(f"{args.output}: {len(kernels)} kernel(s)\n")
     else:
-        if Path(args.output).exists() and not Path(args.output).is_dir():
-            raise LayercError(f"{args.output} is a file, not a directory")
+        output_dir(args.output)
         paths = write_dump_dir(kernels, args.output)
         sys.stdout.write(f"{args.output}: {len(paths)} files\n")
     return 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
 DEFAULT_PASSES = "mem-liveness,mem-check"
 #: PNG resolution of the planner's graphs: their 9 pt node and 7 pt edge labels need more than
@@ -128,14 +127,10 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
     """Every output file, each written atomically; returns their paths."""
     import orjson
 
-    from layerc.backends.files import write_atomic
+    from layerc.backends.files import output_dir, write_atomic
     from layerc.backends.mem_report import report
-    from layerc.ir.diagnostics import LayercError
 
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise LayercError(f"-o {out}: a file, not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(args.output)
     written: list[str] = []
 
     def put(name: str, data: str | bytes) -> None:
