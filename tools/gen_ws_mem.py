@@ -714,7 +714,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", help="a directory (TRITON_DUMP_WS_GRAPHS files) or, with --log, a log file")
     p.add_argument("--log", action="store_true", help="write a debug log (stderr of TRITON_LLVM_DEBUG_ONLY=nvgpu-ws-memory-planner)")
     p.add_argument("--example", choices=("fa-bwd", "random"), default="fa-bwd", help="the kernel(s) (default fa-bwd)")
-    p.add_argument("--kernels", type=int, default=1, metavar="N", help="kernels compiled by the one process (default 1)")
+    from layerc.tools.args import positive_int
+
+    p.add_argument("--kernels", type=positive_int, default=1, metavar="N", help="kernels compiled by the one process (default 1)")
     p.add_argument("--smem-alloc-algo", type=int, choices=(0, 1), default=0,
                    help="SMEM allocator: 0 dumps the SMEM graph, 1 (Triton's default) does not (default 0)")
     p.add_argument("--no-operation-ids", action="store_true", help="as without LLVM_DEBUG: no operation_id on the ops")
@@ -732,10 +734,6 @@ def build_kernels(example: str, n: int, algo: int, debug: bool, seed: int) -> li
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from layerc.ir.diagnostics import LayercError
-
-    if args.kernels < 1:
-        raise LayercError("--kernels takes a whole number of 1 or more")
     kernels = build_kernels(args.example, args.kernels, args.smem_alloc_algo, not args.no_operation_ids, args.seed)
     if args.log:
         write_atomic(args.output, debug_log(kernels))

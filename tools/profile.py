@@ -27,7 +27,7 @@ DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200",
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    from layerc.tools.export_hf import ARCHES
+    from layerc.grammar.hf_config import MODEL_TYPES as ARCHES  # the ones a decoder layer is built for
 
     src = p.add_argument_group("the layer")
     src.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="model_type; alone: export-hf's tiny config of it")
@@ -45,7 +45,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     run.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: float32 on CPU, bfloat16 on CUDA")
     run.add_argument("--repeat", type=positive_int, default=5, metavar="N", help="profiled runs; per-op times are their median (default 5)")
     run.add_argument("--warmup", type=natural_int, default=2, metavar="N", help="unprofiled runs first (default 2)")
-    run.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
+    run.add_argument("--threads", type=positive_int, metavar="N",
+                     help="CPU threads for torch (default: 1 on cpu: the profiler's per-op overhead with several "
+                          "threads swamps small ops; torch's default on cuda)")
     run.add_argument("--hw", metavar="NAME|FILE|host", help="simulated hardware (default: host on CPU, the device's preset on CUDA)")
     run.add_argument("--no-check", action="store_true", help="skip checking the graph's output against transformers")
     out = p.add_argument_group("outputs")
@@ -94,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
             raise LayercError(f"--device {device}: this torch has no CUDA device")
     elif device != "cpu":
         args.usage_error(f"--device takes cpu or cuda[:N], not {device!r}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or (1 if device == "cpu" else None)
+    if threads:
+        torch.set_num_threads(threads)
     dtype = args.dtype or ("float32" if device == "cpu" else "bfloat16")
     result = profile_layer(spec, args, device, dtype)
     if args.output:
@@ -331,7 +334,7 @@ def show(result: Result) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=True)
+    con = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)  # a file or pipe gets whole cells
     g, hw = result.graph, result.hardware
     con.print(f"[bold]{result.spec.name}[/] layer {g.meta['layer']}, {g.meta['phase']} ({g.meta['seq_len']} tokens, "
               f"batch {g.meta['batch']}, attention {g.meta['attention']}, {result.dtype}) on {result.device}; "

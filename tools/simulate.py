@@ -225,7 +225,7 @@ def show(graph, hardware, comparison=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=True)
+    con = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)  # a file or pipe gets whole cells
     meta, s, totals = graph.meta, graph.meta["schedule"], graph.meta["cost"]
     if meta.get("phase") == "dump":
         step = f"as dumped (KV length {meta.get('seq_len')} for paged attention)"
