@@ -173,6 +173,7 @@ _EDGE_LABEL = re.compile(
     r'ch(?P<id>\d+)(?: B(?P<b>\d+))?(?:\\n\\"(?P<loc>.*)\\")?(?:\\n\((?P<kind>SMEM|TMEM)\)(?P<d> \[D\])?)?')
 _INTERVAL = re.compile(r"\[(\d+)-(\d+)\)")
 _ROW = re.compile(r"<TR>(.*?)</TR>", re.S | re.I)
+_TAG = re.compile(r"<(/?)([A-Za-z]+)[^<>]*?(/?)>")
 _CELL = re.compile(r"<TD>(.*?)</TD>", re.S | re.I)
 _HEADER = {
     SMEM_GRAPH: ["Name", "BufferID", "Size", "Channels", "Liveness"],
@@ -503,6 +504,25 @@ class _KernelRows:
                        src_op=int(cm["src"]) if cm["src"] else NONE, dst_op=int(cm["dst"]) if cm["dst"] else NONE,
                        **self.where(self.at(x.id)))
 
+    def _balanced(self, table, raw: str) -> None:
+        """Graphviz HTML labels are XML: a tag left open or closed by another stops ``dot`` from
+        drawing the graph, so it is an error here, where it can be located."""
+        open_tags: list[tuple[str, int]] = []
+        for m in _TAG.finditer(raw):
+            closing, name, empty = m.group(1), m.group(2).upper(), m.group(3)
+            if empty:
+                continue
+            if not closing:
+                open_tags.append((name, m.start()))
+            elif not open_tags or open_tags[-1][0] != name:
+                expected = f"</{open_tags[-1][0]}>" if open_tags else "no closing tag"
+                raise self.error(self.at(table, m.start()), f"the summary table has </{name}> where {expected} belongs")
+            else:
+                open_tags.pop()
+        if open_tags:
+            name, at = open_tags[-1]
+            raise self.error(self.at(table, at), f"the summary table never closes <{name}>")
+
     def _summary(self, st: DotSub, kind: int) -> None:
         table = None
         for x in st.stmts:
@@ -511,6 +531,7 @@ class _KernelRows:
         if table is None:
             raise self.error(self.at(st.id or st.keyword), "the summary cluster has no 'summary' node")
         raw = raw_of(table)
+        self._balanced(table, raw)
         rows = list(_ROW.finditer(raw))
         header = _HEADER[SMEM_GRAPH if kind == SMEM else TMEM_GRAPH]
         if not rows:

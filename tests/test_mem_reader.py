@@ -168,6 +168,8 @@ def _log(mutate) -> tuple[str, str]:
      "not closed on its line"),
     (lambda t: t.replace("=== End TMEM Buffer Liveness Graph ===", ""), "=== TMEM Buffer", "no '=== End TMEM"),
     (lambda t: t.replace("digraph TmemBufferLiveness", "digraph SmemBufferLiveness"), "digraph SmemBufferLiveness", "expected 'digraph Tmem"),
+    (lambda t: t.replace("</TABLE>", "", 1), "<TABLE", "never closes <TABLE>"),  # dot would fail on it
+    (lambda t: t.replace("<B>Name</B>", "<B>Name</TD>", 1), "<B>Name</TD>", "</TD> where </B> belongs"),
 ])
 def test_corrupted_logs_give_located_errors(mutate, where, words):
     original, text = _log(mutate)
