@@ -370,8 +370,7 @@ def dumps_of(k: KernelSpec) -> list[str]:
 def write_dump_dir(kernels: list[KernelSpec], directory: str | Path, first_index: int = 0) -> list[Path]:
     """The files ``TRITON_DUMP_WS_GRAPHS=directory`` leaves after compiling ``kernels`` in one
     process (the counter starts at ``first_index``)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = output_dir(directory)
     paths, counter = [], first_index
     for k in kernels:
         for kind in dumps_of(k):
@@ -739,7 +738,6 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(args.output, debug_log(kernels))
         sys.stdout.write(f"{args.output}: {len(kernels)} kernel(s)\n")
     else:
-        output_dir(args.output)
         paths = write_dump_dir(kernels, args.output)
         sys.stdout.write(f"{args.output}: {len(paths)} files\n")
     return 0
