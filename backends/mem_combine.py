@@ -12,7 +12,7 @@ import io
 import os
 from functools import lru_cache
 
-from layerc.backends.files import atomic_open
+from layerc.backends.outputs import atomic_open
 
 MARGIN = 16
 TITLE_SIZE = 22

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from layerc.backends.files import atomic_open
+from layerc.backends.outputs import write_atomic
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.memory import KIND_NAMES, SMEM, Kernel, MemoryModule, interval_text
 
@@ -40,9 +40,7 @@ def write_memory_pftrace(module: MemoryModule, path: str | os.PathLike) -> dict[
     trace.packet.extend(w.descriptors)
     for _, _, packet in sorted(w.events, key=lambda e: (e[0], e[1])):
         trace.packet.append(packet)
-    with atomic_open(path, "wb") as f:
-        f.write(trace.SerializeToString())
-    return {**w.stats, "bytes": os.path.getsize(path)}
+    return {**w.stats, "bytes": write_atomic(path, trace.SerializeToString())}
 
 
 class _Writer:

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from layerc.ir.diagnostics import LayercError
-from layerc.backends.files import atomic_open
+from layerc.backends.outputs import atomic_path, open_staged
 from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, link
 
 #: The one packet sequence every packet is written on.
@@ -89,9 +89,10 @@ def write_pftrace(trace: Trace, path: str | os.PathLike, spans: Iterable[Any] | 
     except ImportError:  # pragma: no cover - the dependency is declared, but say what to install
         raise LayercError("writing a .pftrace needs the 'perfetto' package (pip install perfetto)") from None
     layout = _Layout(trace, spans, layer_of)
-    with atomic_open(path, "wb") as f:
-        stats = _ProtoWriter(pb, layout, f).write()
-    stats["bytes"] = os.path.getsize(path)
+    with atomic_path(path) as tmp:
+        with open_staged(tmp, path, "wb") as f:
+            stats = _ProtoWriter(pb, layout, f).write()
+        stats["bytes"] = os.path.getsize(tmp)
     return stats
 
 
@@ -101,9 +102,10 @@ def write_chrome_json(trace: Trace, path: str | os.PathLike, spans: Iterable[Any
     Timestamps are µs; when ns timestamps are too large for µs doubles to keep every ns, they are
     written relative to ``baseTimeNanoseconds`` (as Kineto does)."""
     layout = _Layout(trace, spans, layer_of)
-    with atomic_open(path, "wb") as f:
-        stats = _JsonWriter(layout, f).write()
-    stats["bytes"] = os.path.getsize(path)
+    with atomic_path(path) as tmp:
+        with open_staged(tmp, path, "wb") as f:
+            stats = _JsonWriter(layout, f).write()
+        stats["bytes"] = os.path.getsize(tmp)
     return stats
 
 

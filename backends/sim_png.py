@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import os
 
-from layerc.backends.files import write_atomic
+from layerc.backends.outputs import write_atomic
 from layerc.backends.sim_trace import op_label
 from layerc.ir.graph import Graph
 

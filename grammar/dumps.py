@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from layerc.grammar import inputs
+from layerc.grammar.inputs import decode  # noqa: F401  (re-exported: readers of dump text use it)
 from layerc.ir.diagnostics import LayercError, Location, ParseError
 from layerc.ir.graph import Module
 
@@ -45,9 +47,7 @@ def dump_files(directory: Path) -> list[tuple[DumpName, Path]]:
 def resolve_dump(path: str | Path, file: str | None = None) -> Path:
     """The file to read: ``path`` itself, or in a dump directory the file named by ``file``
     (a name or a counter such as ``42``), by default the last transform's (highest counter)."""
-    path = Path(path)
-    if not path.exists():
-        raise LayercError(f"no such file or directory: {path}", str(path))
+    path = inputs.check_file(path, directory=True)
     if path.is_file():
         if file is not None:
             raise LayercError("--file applies to a dump directory, not to a file", str(path))
@@ -64,21 +64,7 @@ def resolve_dump(path: str | Path, file: str | None = None) -> Path:
 
 
 def read_text(path: Path) -> str:
-    return decode(path.read_bytes(), str(path))
-
-
-def decode(data: bytes, path: str | None = None) -> str:
-    """UTF-8 text; a bad byte is reported at its line and column."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        before = data[: e.start]
-        line = before.count(b"\n") + 1
-        col = e.start - (before.rfind(b"\n") + 1) + 1
-        text = data.decode("utf-8", errors="replace")
-        raise ParseError(f"invalid UTF-8 byte 0x{data[e.start]:02x}", path, Location(line, col)).with_source(
-            path, text
-        ) from None
+    return inputs.read_text(path)
 
 
 def parse_and_verify(text: str, path: str | None = None, syntax: str = "auto") -> Module:

@@ -285,6 +285,31 @@ class Trace:
         cuts = np.nonzero(np.diff(corr))[0] + 1
         return {int(group_corr[0]): group for group, group_corr in zip(np.split(idx, cuts), np.split(corr, cuts))} if len(idx) else {}
 
+    def drop_invalid(self) -> None:
+        """Leave out the rows no clock can have produced (an end before the start, a time out of
+        int64 range, a negative byte count), each kind counted in ``meta["dropped"]`` and said in
+        one warning, so that no report is built on them. Readers call this once."""
+        dropped: dict[str, dict[str, int]] = {}
+        for table_name in ("kernels", "launches", "cpu_ops", "annotations", "memops", "modules"):
+            table = getattr(self, table_name)
+            if not len(table):
+                continue
+            bad = np.zeros(len(table), bool)
+            reasons = []
+            for reason, mask in _invalid_rows(table):
+                mask &= ~bad
+                if mask.any():
+                    reasons.append((reason, int(mask.sum()), int(table.row[np.argmax(mask)])))
+                    bad |= mask
+            if not reasons:
+                continue
+            setattr(self, table_name, table.take(~bad))
+            dropped[table_name] = {reason: n for reason, n, _ in reasons}
+            for reason, n, row in reasons:
+                self.warnings.append(f"{n} {table_name} left out: {reason} (the first at event/row {row})")
+        if dropped:
+            self.meta["dropped"] = dropped
+
     def summary(self) -> dict[str, int]:
         return {
             "kernels": len(self.kernels), "launches": len(self.launches), "cpu_ops": len(self.cpu_ops),
@@ -292,11 +317,27 @@ class Trace:
         }
 
 
+#: Times beyond this (292 years in ns) overflow once two of them are added or subtracted.
+TIME_LIMIT = 1 << 62
+
+
+def _invalid_rows(table: Table):
+    start, end = table.start, table.end  # type: ignore[attr-defined]
+    yield "a time out of range (an overflowing timestamp)", (np.abs(start) >= TIME_LIMIT) | (np.abs(end) >= TIME_LIMIT)
+    yield "it ends before it starts (a negative duration)", end < start
+    if isinstance(table, MemOps):
+        yield "a negative byte count", table.bytes < NONE
+
+
 def distinct(ids: np.ndarray) -> np.ndarray:
     """The sorted distinct non-negative values of an id column. (Ids are small dense integers, so
     a bincount beats np.unique, which also imports numpy.ma on first use: 15 ms per process.)"""
     ids = ids[ids >= 0]
-    return np.flatnonzero(np.bincount(ids)) if len(ids) else np.empty(0, np.int64)
+    if not len(ids):
+        return np.empty(0, np.int64)
+    if int(ids.max()) > 4 * len(ids) + 4096:  # sparse ids (read from a file): no table sized by them
+        return np.unique(ids).astype(np.int64)
+    return np.flatnonzero(np.bincount(ids))
 
 
 def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:

@@ -585,6 +585,6 @@ def test_odd_inputs(tmp_path):
     gpu = "GPU 0: NVIDIA H100 80GB HBM3"
     assert set(paths.values()) == {(gpu, gpu), (gpu, "run"), (gpu, "stream 7"),
                                    ("host process 4242", "host process 4242"), ("host process 4242", "thread 100")}
-    from layerc.backends.files import _umask
+    from layerc.backends.outputs import _umask
 
     assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()

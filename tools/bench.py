@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write("\nTrace loading (each load in a fresh process; peak = max RSS, load = its growth during the load):\n\n")
     sys.stdout.write(trace_report(traces, million))
     if args.json:
-        from layerc.tools.outputs import write_atomic
+        from layerc.backends.outputs import write_atomic
 
         write_atomic(args.json, json.dumps({"machine": machine(), "files": rows, "layerc_opt_process_s": whole, "layer": layer,
                                             "traces": traces, "nsys_million": million}, indent=2))

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Callable
 
 from layerc.ir.diagnostics import LayercError
+from layerc.tools.args import paths_of, size
 
 #: subcommand → (module with configure_parser/run, help line); modules load only when used.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -46,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == chosen:
             mod = import_module(module)
             mod.configure_parser(p)
+            p.add_argument("--max-decompressed", type=size, metavar="SIZE",
+                           help="most bytes one compressed input may inflate to, e.g. 20G; 0: no limit "
+                                "(default: 100 times the file, at least 256M)")
             p.set_defaults(run=mod.run)
     return parser
 
@@ -56,21 +61,68 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args()
     run: Callable[[argparse.Namespace], int] = args.run
+    # SIGTERM unwinds like an error: staged outputs and temporary files are removed on the way out.
     try:
-        return run(args) or 0
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread (a caller's worker): leave signals to the caller
+        previous = None
+    try:
+        return _run(run, args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        from layerc.backends import outputs
+        from layerc.grammar import inputs
+
+        inputs.set_max_decompressed(args.max_decompressed)
+        outputs.check_paths(*paths_of(args))
+        with outputs.transaction():
+            return run(args) or 0
     except LayercError as e:
         sys.stderr.write(e.format() + "\n")
         return 1
     except KeyboardInterrupt:
         sys.stderr.write("layerc: interrupted\n")
         return 130
+    except Terminated:
+        sys.stderr.write("layerc: terminated\n")
+        return 143
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
+    except RecursionError:
+        sys.stderr.write("layerc: error: the input nests deeper than layerc can follow\n")
+        return 1
+    except MemoryError:
+        sys.stderr.write("layerc: error: out of memory reading the input\n")
+        return 1
     except Exception as e:  # a bug in layerc: say so in one line, keep tracebacks for developers
         if os.environ.get("LAYERC_TRACEBACK"):
             raise
         sys.stderr.write(f"layerc: internal error: {type(e).__name__}: {e} (set LAYERC_TRACEBACK=1 for details)\n")
         return 1
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is so that every cleanup on the way out runs."""
+
+
+def _terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, stdout's last flush at exit would fail again: point it at /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -36,8 +36,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from layerc.backends.files import atomic_open, atomic_path, write_atomic
+from layerc.backends.outputs import atomic_open, atomic_path, write_atomic
 from layerc.ir.diagnostics import LayercError
+from layerc.tools.args import output_directory
 
 DUMP_FILENAME = "001_export_export_to_gm.txt"
 FX_FILENAME = "fx_graph.txt"
@@ -566,7 +567,7 @@ def export(
 ) -> dict:
     """Export ``arch`` with ``layers`` decoder layers into ``outdir``; returns paths and metadata."""
     _require_torch()
-    from layerc.backends.files import output_dir
+    from layerc.backends.outputs import output_dir
 
     outdir = output_dir(outdir)
     t0 = time.perf_counter()
@@ -655,7 +656,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="MoE experts implementation (default: transformers' default, grouped_mm)",
     )
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default float32)")
-    p.add_argument("outdir", help="directory to write the dump, fx_graph.txt and layers.json into")
+    p.add_argument("outdir", type=output_directory, help="directory to write the dump, fx_graph.txt and layers.json into")
 
 
 def run(args: argparse.Namespace) -> int:

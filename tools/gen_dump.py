@@ -23,12 +23,13 @@ from collections import Counter
 from pathlib import Path
 
 from layerc.backends.autodeploy import print_module
-from layerc.backends.files import output_dir, write_atomic
+from layerc.backends.outputs import output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize, target_base
 from layerc.ir.constants import DType
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight, map_values
 from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
+from layerc.tools.args import output_directory
 
 BF16, F32, I32, I64, BOOL = "torch.bfloat16", "torch.float32", "torch.int32", "torch.int64", "torch.bool"
 
@@ -884,7 +885,7 @@ def write(arch: str, outdir: str | Path, layers: int | None = None, tokens: int 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("arch", choices=ARCHES, help="model architecture")
-    p.add_argument("outdir", help="directory to write the dump and its _truth.json into")
+    p.add_argument("outdir", type=output_directory, help="directory to write the dump and its _truth.json into")
     p.add_argument("--layers", type=int, default=None, metavar="N", help="decoder layers (default: the model's)")
     p.add_argument("--tokens", type=int, default=8, metavar="T", help="batch of decode tokens (default 8)")
     p.add_argument("--symbolic", action="store_true", help="print symbolic token dims (s72, s70*s72)")

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import orjson
 
-from layerc.backends.files import write_atomic
+from layerc.backends.outputs import write_atomic
 from layerc.ir.graph import OP, Graph
 from layerc.ir.targets import op_name
 from layerc.passes.binding import signature_table
-from layerc.tools.args import fraction, positive_int
+from layerc.tools.args import fraction, input_path, output_path, positive_int
 
 #: (kernel, µs) of the noise a replay carries besides the graph's ops.
 NOISE = (
@@ -197,8 +197,8 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dump", help="dump file or directory (e.g. from `layerc gen-dump`)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json or .json.gz)")
+    p.add_argument("dump", type=input_path, help="dump file or directory (e.g. from `layerc gen-dump`)")
+    p.add_argument("-o", "--output", type=output_path, required=True, metavar="FILE", help="the trace to write (.json or .json.gz)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--replays", type=positive_int, default=1, metavar="N", help="decode replays to write (default 1)")
     p.add_argument("--noise", type=fraction, default=0.06, metavar="P", help="chance of a fill/copy/unknown kernel after each kernel (default 0.06)")

@@ -67,8 +67,9 @@ from dataclasses import dataclass, field
 from typing import Iterator
 from pathlib import Path
 
-from layerc.backends.files import atomic_path, write_atomic
+from layerc.backends.outputs import atomic_path, write_atomic
 from layerc.ir.diagnostics import LayercError
+from layerc.tools.args import output_path
 
 SCHEMAS = ("2.9.1", "3.13", "3.25", "3.28")
 MODES = ("node", "graph")
@@ -1538,7 +1539,7 @@ class _Sim:
 # CLI
 # =================================================================================================
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", metavar="OUT.sqlite", help="file to write (its ground truth goes beside, as <stem>_truth.json)")
+    p.add_argument("out", type=output_path, metavar="OUT.sqlite", help="file to write (its ground truth goes beside, as <stem>_truth.json)")
     p.add_argument("--schema", choices=SCHEMAS, default="3.25", help="export schema version (default 3.25)")
     p.add_argument("--mode", choices=MODES, default="node", help="--cuda-graph-trace mode (default node)")
     p.add_argument("--model", choices=MODELS, default="deepseek_v3", help="workload (default deepseek_v3)")

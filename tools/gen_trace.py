@@ -48,8 +48,9 @@ from pathlib import Path
 
 import orjson
 
-from layerc.backends.files import write_atomic
+from layerc.backends.outputs import output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
+from layerc.tools.args import output_path
 
 VENDORS = ("cuda", "rocm")
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
@@ -518,8 +519,8 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         passes.append(w.write_pass(index, stage, ops, kinds))
     data = orjson.dumps(w.document())
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data)  # gzipped there when the name ends in .gz
+    output_dir(path.parent)
+    size = write_atomic(path, data)  # gzipped there when the name ends in .gz
     kernels = sorted(w.kernels, key=lambda k: (k["start"], k["stream"]))
     truth = {
         "path": str(path), "model": model, "vendor": vendor, "tp": tp, "seed": seed, "spans": ground_truth_spans,
@@ -532,7 +533,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
             "graph_replays": decode, "memops": w.memops,
         },
         "passes": passes,
-        "bytes": path.stat().st_size,
+        "bytes": size,
         "seconds": round(time.perf_counter() - t0, 3),
         "kernels": kernels,
     }
@@ -549,7 +550,7 @@ def truth_path(path: str | os.PathLike) -> Path:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", metavar="OUT.json.gz", help="trace to write (its ground truth goes beside, as <stem>_truth.json)")
+    p.add_argument("out", type=output_path, metavar="OUT.json.gz", help="trace to write (its ground truth goes beside, as <stem>_truth.json)")
     p.add_argument("--model", choices=tuple(MODELS), default="llama", help="model (default llama)")
     p.add_argument("--vendor", choices=VENDORS, default="cuda", help="kernel names of which stack (default cuda)")
     p.add_argument("--tp", type=int, default=1, choices=(1, 2, 4, 8), help="tensor parallel size (default 1)")

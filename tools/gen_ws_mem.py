@@ -29,7 +29,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from layerc.backends.files import output_dir, write_atomic
+from layerc.backends.outputs import output_dir, write_atomic
+from layerc.tools.args import output_path
 
 #: Palettes, as in the emitters.
 PARTITION_COLORS = ("lightblue", "lightgreen", "lightsalmon", "lightyellow", "lightpink", "lightcyan", "lavender", "wheat")
@@ -710,7 +711,7 @@ def _unique_uids(k: KernelSpec) -> None:
 
 # -- the command ---------------------------------------------------------------------------------------------
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("output", help="a directory (TRITON_DUMP_WS_GRAPHS files) or, with --log, a log file")
+    p.add_argument("output", type=output_path, help="a directory (TRITON_DUMP_WS_GRAPHS files) or, with --log, a log file")
     p.add_argument("--log", action="store_true", help="write a debug log (stderr of TRITON_LLVM_DEBUG_ONLY=nvgpu-ws-memory-planner)")
     p.add_argument("--example", choices=("fa-bwd", "random"), default="fa-bwd", help="the kernel(s) (default fa-bwd)")
     from layerc.tools.args import positive_int

@@ -14,21 +14,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from layerc.tools.args import natural_int
+from layerc.tools.args import input_path, natural_int, output_directory
 
 FORMATS = ("json", "dot", "png", "svg")
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", help="dump file or dump directory (AD_DUMP_GRAPHS_DIR)")
+    p.add_argument("input", type=input_path, help="dump file or dump directory (AD_DUMP_GRAPHS_DIR)")
     p.add_argument("layer", type=int, help="decoder layer number")
-    p.add_argument("-o", "--outdir", metavar="DIR", help="where to write (default: beside the dump)")
+    p.add_argument("-o", "--outdir", type=output_directory, metavar="DIR", help="where to write (default: beside the dump)")
     p.add_argument("--format", default=",".join(FORMATS), metavar="LIST", help="comma list of json,dot,png,svg (default: all)")
     p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
     p.add_argument("--section", metavar="NAME", help="GraphModule section (default: monolithic.model, else the largest)")
     p.add_argument("--syntax", choices=("auto", "ad", "fx"), default="auto", help="input syntax (default: detect)")
     p.add_argument("--pattern", default="", metavar="REGEX", help="layer number in weight names (default: layers_N_, h_N_, blocks_N_)")
-    p.add_argument("--trace", metavar="FILE", help="bind the kernels of this trace (nsys, Kineto; or a PyTorch profile of the exported model) to the layer's nodes")
+    p.add_argument("--trace", type=input_path, metavar="FILE", help="bind the kernels of this trace (nsys, Kineto; or a PyTorch profile of the exported model) to the layer's nodes")
     p.add_argument("--phase", choices=("auto", "decode", "prefill"), default="auto",
                    help="with --trace: a CUDA-graph replay (decode) or an eager pass (prefill) (default: decode when the trace has replays)")
     p.add_argument("--replay", type=natural_int, default=-1, metavar="K",
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from layerc.passes.select_graph import SelectGraph
     from layerc.passes.slicing import SliceLayer
     from layerc.passes.tag_weights import TagWeights
-    from layerc.tools.outputs import write_atomic
+    from layerc.backends.outputs import write_atomic
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from layerc.tools.args import input_path, output_directory
 
 DEFAULT_PASSES = "mem-liveness,mem-check"
 #: PNG resolution of the planner's graphs: their 9 pt node and 7 pt edge labels need more than
@@ -35,9 +36,9 @@ def _formats(text: str) -> tuple[str, ...]:
 def configure_parser(p: argparse.ArgumentParser) -> None:
     from layerc.passes.mem_liveness import ARCHS
 
-    p.add_argument("input", help="TRITON_DUMP_WS_GRAPHS directory, or a debug log (stderr of "
+    p.add_argument("input", type=input_path, help="TRITON_DUMP_WS_GRAPHS directory, or a debug log (stderr of "
                                  "TRITON_LLVM_DEBUG_ONLY=nvgpu-ws-memory-planner MLIR_ENABLE_DUMP=1; .gz too)")
-    p.add_argument("-o", "--output", metavar="DIR", help="write DOT, pictures, chart, memory.json and memory.pftrace here")
+    p.add_argument("-o", "--output", type=output_directory, metavar="DIR", help="write DOT, pictures, chart, memory.json and memory.pftrace here")
     p.add_argument("--arch", choices=ARCHS, default="auto",
                    help="capacity to hold the peaks against (default auto: sm100 when there is TMEM, else sm90)")
     p.add_argument("--kernel", action="append", metavar="NAME|INDEX", help="only these kernels (repeatable)")
@@ -127,7 +128,7 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
     """Every output file, each written atomically; returns their paths."""
     import orjson
 
-    from layerc.backends.files import output_dir, write_atomic
+    from layerc.backends.outputs import output_dir, write_atomic
     from layerc.backends.mem_report import report
 
     out = output_dir(args.output)

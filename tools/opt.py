@@ -11,13 +11,14 @@ import sys
 import time
 
 from layerc.ir.diagnostics import LayercError
+from layerc.tools.args import input_path, output_path
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", nargs="?", help="dump file, dump directory (AD_DUMP_GRAPHS_DIR), or torch.fx print")
+    p.add_argument("input", type=input_path, nargs="?", help="dump file, dump directory (AD_DUMP_GRAPHS_DIR), or torch.fx print")
     p.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline, e.g. 'dce,select-graph{section=monolithic.model}'")
     p.add_argument("--emit", choices=("ad", "fx", "json"), default="ad", help="output syntax (default: ad)")
-    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout); written atomically")
+    p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="output file (default: stdout); written atomically")
     p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
     p.add_argument("--section", metavar="NAME", help="keep only this GraphModule section")
     p.add_argument("--syntax", choices=("auto", "ad", "fx"), default="auto", help="input syntax (default: detect)")
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     text = emitter(module)
-    from layerc.tools.outputs import emit
+    from layerc.backends.outputs import emit
 
     emit(text, args.output)
     phases.append(PassTiming("Output", time.perf_counter() - start))

@@ -13,19 +13,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from layerc.tools.args import input_path, output_path
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     from layerc.tools.export_hf import ARCHES
 
-    p.add_argument("source", nargs="?", metavar="PACKAGE_OR_FILE",
+    p.add_argument("source", type=input_path, nargs="?", metavar="PACKAGE_OR_FILE",
                    help="model source: a package directory, a .py file in its package, or a wheel")
     p.add_argument("--entry", metavar="CLASS", help="the model class whose forward is traced "
                    "(CLASS, or package.module:CLASS when the package has several)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the op traces markdown here (default: stdout)")
-    p.add_argument("--json", nargs="?", const="", metavar="FILE",
+    p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="write the op traces markdown here (default: stdout)")
+    p.add_argument("--json", type=output_path, nargs="?", const="", metavar="FILE",
                    help="also write everything as JSON: to FILE, or beside -o with a .json suffix (stdout without -o)")
-    p.add_argument("--kernel-traces", metavar="FILE", help="also write the kernel traces markdown (each kernel's call chains)")
+    p.add_argument("--kernel-traces", type=output_path, metavar="FILE", help="also write the kernel traces markdown (each kernel's call chains)")
     p.add_argument("--scope", metavar="PREFIX,...", help="module prefixes that are model code, expanded into sub-ops "
                    "(default: the entry module's package)")
     p.add_argument("--link-prefix", metavar="PREFIX", help="links are PREFIX + the file's path in the package "
@@ -67,7 +68,7 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from layerc.backends import optrace as report
-    from layerc.backends.files import write_atomic
+    from layerc.backends.outputs import write_atomic
     from layerc.grammar.pysource import SourceSet
     from layerc.ir.diagnostics import LayercError
     from layerc.passes.base import Context

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from layerc.tools.args import input_path, output_path
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="nsys export (.sqlite, .nsys-rep) or PyTorch profiler trace (.json, .json.gz)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
+    p.add_argument("trace", type=input_path, help="nsys export (.sqlite, .nsys-rep) or PyTorch profiler trace (.json, .json.gz)")
+    p.add_argument("-o", "--output", type=output_path, required=True, metavar="FILE",
                    help="OUT.pftrace (Perfetto protobuf; .pftrace.gz compresses) or OUT.json for Chrome JSON")
     p.add_argument("--format", choices=("pftrace", "json"), help="default: from the output's extension")
 

@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 
-from layerc.tools.args import natural_int, positive_int
+from layerc.tools.args import input_path, natural_int, output_path, positive_int
 
 #: device-name substrings → hardware presets (first match wins)
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("MI300X", "mi300x"))
@@ -32,7 +32,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("the layer")
     src.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="model_type; alone: export-hf's tiny config of it")
     src.add_argument("--preset", metavar="NAME", help="a model preset (layerc simulate --list-presets)")
-    src.add_argument("--config", metavar="FILE", help="a Hugging Face config.json")
+    src.add_argument("--config", type=input_path, metavar="FILE", help="a Hugging Face config.json")
     src.add_argument("--layer", type=natural_int, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
     step = p.add_argument_group("the step")
     step.add_argument("--phase", choices=("prefill", "decode"), default="prefill",
@@ -51,10 +51,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     run.add_argument("--hw", metavar="NAME|FILE|host", help="simulated hardware (default: host on CPU, the device's preset on CUDA)")
     run.add_argument("--no-check", action="store_true", help="skip checking the graph's output against transformers")
     out = p.add_argument_group("outputs")
-    out.add_argument("-o", "--output", metavar="FILE", help="layer-annotated Perfetto trace (.pftrace, or .json)")
-    out.add_argument("--json", metavar="FILE", help="per-op measured and simulated times as JSON")
-    out.add_argument("--png", metavar="FILE", help="measured against simulated time per op, as a bar chart")
-    out.add_argument("--profile-json", metavar="FILE", help="also keep torch.profiler's own Chrome trace")
+    out.add_argument("-o", "--output", type=output_path, metavar="FILE", help="layer-annotated Perfetto trace (.pftrace, or .json)")
+    out.add_argument("--json", type=output_path, metavar="FILE", help="per-op measured and simulated times as JSON")
+    out.add_argument("--png", type=output_path, metavar="FILE", help="measured against simulated time per op, as a bar chart")
+    out.add_argument("--profile-json", type=output_path, metavar="FILE", help="also keep torch.profiler's own Chrome trace")
     p.set_defaults(usage_error=p.error)
 
 
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
-        from layerc.backends.files import write_atomic
+        from layerc.backends.outputs import write_atomic
 
         write_atomic(args.json, orjson.dumps(result.report(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
     show(result)
@@ -250,7 +250,7 @@ def _progress(text: str) -> None:
 def _read_back(prof, args, read_trace):
     """The profile through our trace IR (Kineto JSON written, then read like any trace)."""
     if args.profile_json:
-        from layerc.backends.files import atomic_path
+        from layerc.backends.outputs import atomic_path
 
         with atomic_path(args.profile_json) as tmp:
             prof.export_chrome_trace(str(tmp))

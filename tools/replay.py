@@ -6,14 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from layerc.tools.args import input_path, output_path
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="nsys export (.sqlite, .nsys-rep) or PyTorch profiler trace (.json, .json.gz)")
+    p.add_argument("trace", type=input_path, help="nsys export (.sqlite, .nsys-rep) or PyTorch profiler trace (.json, .json.gz)")
     p.add_argument("--graph-id", type=int, metavar="G", help="the CUDA graph (default: the one with the most kernels)")
     p.add_argument("--replay", type=int, default=0, metavar="K", help="which replay of it (default: 0, the first)")
     p.add_argument("--layer", type=int, metavar="N", help="only this layer")
-    p.add_argument("-o", "--output", metavar="FILE", help="kernels.json (default: stdout); written atomically")
+    p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="kernels.json (default: stdout); written atomically")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from layerc.ir.diagnostics import LayercError
     from layerc.passes.kernel_tables import kernel_table
     from layerc.passes.replays import layers_of, pick_replay
-    from layerc.tools.outputs import emit
+    from layerc.backends.outputs import emit
 
     trace = read_trace(args.trace, kinds={"kernels", "launches"})
     for w in trace.warnings:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layerc.tools.args import natural_int, positive_int
+from layerc.tools.args import input_path, natural_int, output_path, positive_int
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("the layer (one of)")
-    src.add_argument("--config", metavar="FILE", help="a Hugging Face config.json")
+    src.add_argument("--config", type=input_path, metavar="FILE", help="a Hugging Face config.json")
     src.add_argument("--preset", metavar="NAME", help="a model preset (--list-presets)")
-    src.add_argument("--dump", metavar="PATH", help="a graph dump (file or AD_DUMP_GRAPHS_DIR): simulate one of its layers")
+    src.add_argument("--dump", type=input_path, metavar="PATH", help="a graph dump (file or AD_DUMP_GRAPHS_DIR): simulate one of its layers")
     shape = p.add_argument_group("the step")
     shape.add_argument("--phase", choices=("decode", "prefill"),
                        help="decode (default): one new token over a KV cache of --seq-len; prefill: --seq-len new tokens")
@@ -37,10 +37,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     hw.add_argument("--mode", choices=("roofline", "no-overlap"), default="roofline", help="max of compute and memory time, or their sum")
     hw.add_argument("--tp", type=positive_int, default=1, metavar="N", help="tensor-parallel size, for collectives in dumps (default 1)")
     out = p.add_argument_group("outputs")
-    out.add_argument("-o", "--output", metavar="FILE", help="Perfetto timeline: .pftrace (protobuf) or .json (Chrome)")
-    out.add_argument("--json", metavar="FILE", help="per-op costs and the schedule as JSON")
-    out.add_argument("--png", metavar="FILE", help="the schedule as a Gantt chart (with the seed's below it, with --compare-seed)")
-    out.add_argument("--compare-seed", metavar="TRACE", help="seed 004's simulated Chrome trace: compare op by op")
+    out.add_argument("-o", "--output", type=output_path, metavar="FILE", help="Perfetto timeline: .pftrace (protobuf) or .json (Chrome)")
+    out.add_argument("--json", type=output_path, metavar="FILE", help="per-op costs and the schedule as JSON")
+    out.add_argument("--png", type=output_path, metavar="FILE", help="the schedule as a Gantt chart (with the seed's below it, with --compare-seed)")
+    out.add_argument("--compare-seed", type=input_path, metavar="TRACE", help="seed 004's simulated Chrome trace: compare op by op")
     out.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
     out.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
     out.add_argument("--list-presets", action="store_true", help="list model and hardware presets and exit")
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
-        from layerc.backends.files import write_atomic
+        from layerc.backends.outputs import write_atomic
 
         write_atomic(args.json, orjson.dumps(report(graph, hardware, comparison), option=orjson.OPT_INDENT_2) + b"\n")
     phases.append(PassTiming("Output", time.perf_counter() - start))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerc.tools.args import positive_int
+from layerc.tools.args import input_path, output_path, positive_int
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -24,7 +24,7 @@ def _layer_list(text: str) -> tuple[int, ...]:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
+    p.add_argument("trace", type=input_path, help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
     p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
     p.add_argument("--strategy", choices=("auto", "ground-truth", "boundary", "motif"), default="auto",
                    help="how layers are found (default auto: ground truth in the forward passes the trace's "
@@ -35,11 +35,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage", choices=("prefill", "decode", "all"), default="all", help="only kernels of this stage")
     p.add_argument("--top-n", type=positive_int, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
     p.add_argument("--num-layers", type=positive_int, metavar="N", help="the model's num_hidden_layers, to check each pass against")
-    p.add_argument("--kernel-tables", metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
+    p.add_argument("--kernel-tables", type=input_path, metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
     p.add_argument("--timing", action="store_true", help="report each trace pass's time on stderr")
-    p.add_argument("--json", metavar="FILE", help="write the totals and the layers as JSON")
-    p.add_argument("--csv", metavar="FILE", help="write one row per layer as CSV")
-    p.add_argument("--perfetto", metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
+    p.add_argument("--json", type=output_path, metavar="FILE", help="write the totals and the layers as JSON")
+    p.add_argument("--csv", type=output_path, metavar="FILE", help="write one row per layer as CSV")
+    p.add_argument("--perfetto", type=output_path, metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
 
 
 @dataclass
@@ -101,7 +101,7 @@ def analyze(args: argparse.Namespace) -> Analysis:
 def run(args: argparse.Namespace) -> int:
     a = analyze(args)
     if args.json:
-        from layerc.backends.files import write_atomic
+        from layerc.backends.outputs import write_atomic
         import orjson
 
         write_atomic(args.json, orjson.dumps(report(a, args), option=orjson.OPT_INDENT_2) + b"\n")
@@ -170,7 +170,7 @@ def _layers_per_pass(a: Analysis) -> list[int]:
 def write_csv(a: Analysis, path: str) -> None:
     import csv
 
-    from layerc.backends.files import atomic_open
+    from layerc.backends.outputs import atomic_open
     from layerc.passes.layer_facts import stage_name
 
     t = a.table
