@@ -11,6 +11,16 @@ from layerc.ir.diagnostics import LayercError
 RENDER_TIMEOUT_S = 120.0
 
 
+#: What a user without Graphviz is told once, when pictures are skipped.
+MISSING = ("Graphviz 'dot' is not installed: PNG/SVG pictures are skipped, the JSON and DOT are written "
+           "(install it: apt-get install graphviz, brew install graphviz, or conda install graphviz)")
+
+
+def available() -> bool:
+    """Whether pictures can be drawn here: commands write their other outputs either way."""
+    return shutil.which("dot") is not None
+
+
 def render_dot(text: str, fmt: str = "png", *, dpi: int | None = None, timeout: float = RENDER_TIMEOUT_S) -> bytes:
     """PNG or SVG bytes of ``text``; ``dpi`` sets a PNG's resolution (Graphviz's default 96)."""
     if fmt not in ("png", "svg"):

@@ -684,17 +684,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", default="png,svg", help="comma-separated: png, svg, or none (default png,svg)")
     p.add_argument("--dpi", type=int, default=PNG_DPI)
     args = p.parse_args(argv)
+    from layerc.backends.outputs import transaction, write_atomic
+    from layerc.grammar.inputs import read_text
+
     try:
-        with open(args.layer_json, encoding="utf-8") as f:
-            doc = json.load(f)
-        base = Path(args.output) if args.output else Path(args.layer_json).with_suffix("")
-        base.with_name(base.name + ".dot").write_text(dot_text(doc), encoding="utf-8")
-        written = [base.with_name(base.name + ".dot")]
-        for fmt in [f for f in args.format.split(",") if f and f != "none"]:
-            out = base.with_name(f"{base.name}.{fmt}")
-            out.write_bytes(render(doc, fmt, dpi=args.dpi))
-            written.append(out)
-    except (OSError, ValueError, LayercError) as exc:
+        with transaction():
+            doc = json.loads(read_text(args.layer_json))
+            base = Path(args.output) if args.output else Path(args.layer_json).with_suffix("")
+            write_atomic(base.with_name(base.name + ".dot"), dot_text(doc))
+            written = [base.with_name(base.name + ".dot")]
+            for fmt in [f for f in args.format.split(",") if f and f != "none"]:
+                out = base.with_name(f"{base.name}.{fmt}")
+                write_atomic(out, render(doc, fmt, dpi=args.dpi))
+                written.append(out)
+    except (ValueError, LayercError) as exc:
         print(f"layer_dot: error: {exc}", file=sys.stderr)
         return 1
     for path in written:

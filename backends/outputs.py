@@ -97,6 +97,8 @@ def resolve(path: str | os.PathLike) -> _Target:
 class Transaction:
     """Staged outputs that appear all together on :meth:`commit`, or not at all."""
 
+    #: where ``-`` goes (the driver's stdout, even while the command prints its report elsewhere)
+    stdout: IO[str] | None = None
     staged: list[tuple[str, _Target]] = field(default_factory=list)
     made_dirs: list[Path] = field(default_factory=list)
     targets: set[str] = field(default_factory=set)
@@ -151,7 +153,7 @@ class Transaction:
                         raise LayercError(f"cannot write {target.path}: {e.strerror}", target.path) from None
                     _live.discard(tmp)
                 else:
-                    _copy_into(tmp, target)
+                    _copy_into(tmp, target, self.stdout)
                     _unlink(tmp)
             self.staged.clear()
             self.made_dirs.clear()
@@ -171,11 +173,11 @@ class Transaction:
         self.made_dirs.clear()
 
 
-def _copy_into(tmp: str, target: _Target) -> None:
+def _copy_into(tmp: str, target: _Target, stdout: IO[str] | None) -> None:
     try:
         with open(tmp, "rb") as src:
             if target.fd is not None:
-                stream = sys.stdout if target.fd == 1 else sys.stderr
+                stream = (stdout or sys.stdout) if target.fd == 1 else sys.stderr
                 stream.flush()
                 shutil.copyfileobj(src, stream.buffer, 1 << 20)
                 stream.buffer.flush()
@@ -192,10 +194,11 @@ _current: Transaction | None = None
 
 
 @contextmanager
-def transaction() -> Iterator[Transaction]:
-    """Every output written inside appears when the block ends normally, none otherwise."""
+def transaction(stdout: IO[str] | None = None) -> Iterator[Transaction]:
+    """Every output written inside appears when the block ends normally, none otherwise;
+    ``-`` goes to ``stdout`` (default: ``sys.stdout`` at commit)."""
     global _current
-    outer, txn = _current, Transaction()
+    outer, txn = _current, Transaction(stdout=stdout)
     _current = txn
     try:
         yield txn
@@ -256,6 +259,18 @@ def emit(text: str, output: str | None) -> None:
         sys.stdout.flush()
     else:
         write_atomic(output, text)
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is standard output or a special file (a device, a FIFO, ``/dev/fd/N``):
+    somewhere without a directory of its own to put companions in or to link from."""
+    return os.fspath(path) == "-" or resolve(path).how == "copy"
+
+
+def companion(path: str | os.PathLike, name: str) -> Path | None:
+    """The file ``name`` beside the output ``path`` (a generated trace's ground truth), or None
+    where ``path`` is a stream, which has no "beside"."""
+    return None if is_stream(path) else Path(path).with_name(name)
 
 
 def output_dir(path: str | os.PathLike) -> Path:

@@ -56,5 +56,12 @@ def test_layer_errors(dump_dir, tmp_path):
     assert not list(tmp_path.iterdir())  # nothing written
     assert layerc("layer", str(dump_dir), "5", "--format", "pdf").returncode == 2
     assert layerc("layer", str(dump_dir)).returncode == 2
-    r = layerc("layer", str(dump_dir), "5", "-o", str(tmp_path / "missing"))
-    assert r.returncode == 1 and "does not exist" in r.stderr
+    # -o DIR is made with its parents, as in every command; a file there is an error
+    r = layerc("layer", str(dump_dir), "5", "-o", str(tmp_path / "made" / "here"), "--format", "json")
+    assert r.returncode == 0 and len(list((tmp_path / "made" / "here").iterdir())) == 1
+    (tmp_path / "afile").write_text("x")
+    r = layerc("layer", str(dump_dir), "5", "-o", str(tmp_path / "afile"), "--format", "json")
+    assert r.returncode == 1 and r.stderr.startswith(f"{tmp_path / 'afile'}: error: a file, not a directory")
+    # an error after the directory was made leaves no directory behind
+    r = layerc("layer", str(dump_dir), "99", "-o", str(tmp_path / "never" / "made"))
+    assert r.returncode == 1 and not (tmp_path / "never").exists()

@@ -79,9 +79,16 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
         from layerc.grammar import inputs
 
         inputs.set_max_decompressed(args.max_decompressed)
-        outputs.check_paths(*paths_of(args))
-        with outputs.transaction():
-            return run(args) or 0
+        read, written = paths_of(args)
+        outputs.check_paths(read, written)
+        stdout = sys.stdout
+        if "-" in written:  # an output claims stdout: the command's own report goes to stderr
+            sys.stdout = sys.stderr
+        try:
+            with outputs.transaction(stdout=stdout):
+                return run(args) or 0
+        finally:
+            sys.stdout = stdout
     except LayercError as e:
         sys.stderr.write(e.format() + "\n")
         return 1

@@ -191,8 +191,9 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
     rows.sort(key=lambda k: (k["start"], k["stream"]))
     truth = {"path": str(path), "dump": str(module.source), "seed": seed, "replays": replays,
              "layers": graph.meta.get("layers", []), "kernels": rows}
-    truth["truth"] = str(truth_path(path))
-    write_atomic(truth_path(path), json.dumps(truth, separators=(",", ":")) + "\n")
+    if (beside := truth_path(path)) is not None:
+        truth["truth"] = str(beside)
+        write_atomic(beside, json.dumps(truth, separators=(",", ":")) + "\n")
     return truth
 
 
@@ -206,5 +207,5 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     truth = generate(args.dump, args.output, seed=args.seed, replays=args.replays, noise=args.noise)
-    sys.stdout.write(f"{args.output}\n{truth['truth']}\n")
+    sys.stdout.write(f"{args.output}\n" + (f"{truth['truth']}\n" if "truth" in truth else ""))
     return 0

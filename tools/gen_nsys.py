@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 from pathlib import Path
 
-from layerc.backends.outputs import atomic_path, write_atomic
+from layerc.backends.outputs import atomic_path, companion, output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
 from layerc.tools.args import output_path
 
@@ -1015,14 +1015,15 @@ def generate(path: str | os.PathLike, *, schema: str = "3.25", mode: str = "node
     layers, replays = _compute_layers_replays(model, layers, replays, eager_steps, kernels, devices)
     t_wall = time.perf_counter()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    output_dir(path.parent)
     sim = _Sim(schema, mode, model, layers, replays, eager_steps, devices, seed)
     with atomic_path(path) as tmp:
         truth = sim.write(str(tmp))
+        truth["bytes"] = tmp.stat().st_size
     truth["path"] = str(path)
-    truth["bytes"] = path.stat().st_size
     truth["seconds"] = round(time.perf_counter() - t_wall, 3)
-    write_atomic(path.with_name(path.stem + "_truth.json"), json.dumps(truth, indent=1) + "\n")
+    if (beside := companion(path, path.stem + "_truth.json")) is not None:
+        write_atomic(beside, json.dumps(truth, indent=1) + "\n")
     return truth
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import orjson
 
-from layerc.backends.outputs import output_dir, write_atomic
+from layerc.backends.outputs import companion, output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
 from layerc.tools.args import output_path
 
@@ -537,16 +537,17 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         "seconds": round(time.perf_counter() - t0, 3),
         "kernels": kernels,
     }
-    write_atomic(truth_path(path), json.dumps(truth, indent=None, separators=(",", ":")) + "\n")
+    if (beside := truth_path(path)) is not None:
+        write_atomic(beside, json.dumps(truth, indent=None, separators=(",", ":")) + "\n")
     return truth
 
 
-def truth_path(path: str | os.PathLike) -> Path:
-    path = Path(path)
-    stem = path.name
+def truth_path(path: str | os.PathLike) -> Path | None:
+    """``<stem>_truth.json`` beside a trace; None for a trace written to stdout or a device."""
+    stem = Path(path).name
     for suffix in (".gz", ".json"):
         stem = stem.removesuffix(suffix)
-    return path.with_name(stem + "_truth.json")
+    return companion(path, stem + "_truth.json")
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

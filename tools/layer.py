@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from layerc.passes.select_graph import SelectGraph
     from layerc.passes.slicing import SliceLayer
     from layerc.passes.tag_weights import TagWeights
-    from layerc.backends.outputs import write_atomic
+    from layerc.backends.outputs import output_dir, write_atomic
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
@@ -63,9 +63,7 @@ def run(args: argparse.Namespace) -> int:
     module = load(args.input, file=args.file, syntax=args.syntax)
     phases.append(PassTiming("Parser", time.perf_counter() - start))
     source = Path(module.source)
-    outdir = Path(args.outdir) if args.outdir else source.parent
-    if not outdir.is_dir():
-        raise LayercError(f"output directory {outdir} does not exist", str(outdir))
+    outdir = output_dir(args.outdir) if args.outdir else source.parent
 
     passes = [SelectGraph(section=args.section or ""), TagWeights(pattern=args.pattern), SliceLayer(layer=args.layer), InferGroups()]
     if args.trace:
@@ -85,11 +83,15 @@ def run(args: argparse.Namespace) -> int:
     if "json" in formats:
         outputs["json"] = dumps(doc)
     if {"dot", "png", "svg"} & set(formats):
-        from layerc.backends import layer_dot
+        from layerc.backends import graphviz, layer_dot
 
         if "dot" in formats:
             outputs["dot"] = layer_dot.dot_text(doc)
         pictures = [f for f in ("png", "svg") if f in formats]
+        if pictures and not graphviz.available():
+            sys.stderr.write(f"layerc: warning: {graphviz.MISSING}\n")
+            formats = [f for f in formats if f not in pictures]
+            pictures = []
         with ThreadPoolExecutor(max_workers=2) as pool:  # Graphviz runs in two processes at once
             for fmt, data in zip(pictures, pool.map(lambda f: layer_dot.render(doc, f), pictures)):
                 outputs[fmt] = data

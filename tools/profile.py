@@ -252,9 +252,9 @@ def _read_back(prof, args, read_trace):
     if args.profile_json:
         from layerc.backends.outputs import atomic_path
 
-        with atomic_path(args.profile_json) as tmp:
+        with atomic_path(args.profile_json) as tmp:  # staged until the command succeeds: read it there
             prof.export_chrome_trace(str(tmp))
-        return read_trace(args.profile_json)
+            return read_trace(tmp)
     fd, tmp = tempfile.mkstemp(prefix="layerc-profile-", suffix=".json")
     os.close(fd)
     try:
