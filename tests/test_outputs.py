@@ -356,3 +356,17 @@ def test_sigterm_leaves_all_outputs_or_none_and_no_temporary_file(tmp_path):
         assert b"internal error" not in err
         outcomes.add((p.returncode, bool(present)))
     assert (143, False) in outcomes  # some runs were cut short, and left nothing
+
+
+# -- without Graphviz --------------------------------------------------------------------------
+
+def test_without_graphviz_json_and_dot_are_written_and_one_warning_says_how_to_install(samples, tmp_path):
+    bare = tmp_path / "bin"  # a PATH with no 'dot' on it
+    bare.mkdir()
+    out = tmp_path / "out"
+    r = subprocess.run([*LAYERC, "layer", str(samples["dump"]), "1", "-o", str(out)], capture_output=True, timeout=120,
+                       env={**os.environ, "PATH": str(bare)})
+    assert r.returncode == 0, r.stderr.decode()
+    assert sorted(p.suffix for p in out.iterdir()) == [".dot", ".json"]
+    warnings = [line for line in r.stderr.decode().splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "Graphviz" in warnings[0] and "apt-get install graphviz" in warnings[0]

@@ -68,7 +68,7 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from layerc.backends import optrace as report
-    from layerc.backends.outputs import write_atomic
+    from layerc.backends.outputs import is_stream, write_atomic
     from layerc.grammar.pysource import SourceSet
     from layerc.ir.diagnostics import LayercError
     from layerc.passes.base import Context
@@ -105,12 +105,13 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"layerc: warning: {w}\n")
 
     tree = module.tree
-    out_dir = str(Path(args.output).resolve().parent) if args.output else None
+    # links are relative to where a report lands; from a stream (stdout, a FIFO) they are as from here
+    out_dir = str(Path(args.output).resolve().parent) if args.output and not is_stream(args.output) else None
     link = report.linker(sources, out_dir, args.link_prefix)
     title = args.title or tree.entry.rsplit(".", 1)[-1]
     outputs: list[tuple[str | None, str | bytes]] = []
     if args.kernel_traces:
-        k_dir = str(Path(args.kernel_traces).resolve().parent)
+        k_dir = None if is_stream(args.kernel_traces) else str(Path(args.kernel_traces).resolve().parent)
         outputs.append((args.kernel_traces, report.kernel_traces_markdown(
             tree, report.linker(sources, k_dir, args.link_prefix), title)))
     markdown = report.op_traces_markdown(tree, module.validation, link, title, args.kernel_traces, module.dynamic)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     trace = read_trace(args.trace)
     for w in trace.warnings:
-        sys.stderr.write(f"layerc: warning: {w}\n")
+        sys.stderr.write(f"{trace.source}: warning: {w}\n")
     k = trace.kernels
     spans, layer_of = [], np.full(len(k), -1, np.int64)
     detected = detect_layers(trace).layer

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     trace = read_trace(args.trace, kinds={"kernels", "launches"})
     for w in trace.warnings:
-        sys.stderr.write(f"layerc: warning: {w}\n")
+        sys.stderr.write(f"{trace.source}: warning: {w}\n")
     chosen = pick_replay(trace, args.graph_id, args.replay)
     short, _ = kernel_table().kinds(trace)
     k = trace.kernels

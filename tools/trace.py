@@ -83,7 +83,7 @@ def analyze(args: argparse.Namespace) -> Analysis:
     manager = PassManager(trace_passes(args))
     trace = read_trace(args.trace)
     for w in trace.warnings:
-        sys.stderr.write(f"layerc: warning: {w}\n")
+        sys.stderr.write(f"{trace.source}: warning: {w}\n")
     module = TraceModule(trace)
     manager.run(Context(), module)
     if args.timing:
@@ -147,6 +147,8 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "unknown_stage_pct": round(a.pct(a.stage < 0), 3),
         "unclassified_pct": round(a.pct(a.cls.entry < 0), 3),
         "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
+        # rows no clock can have produced (an end before the start, an overflowing time), left out
+        "left_out": a.trace.meta.get("dropped", {}),
         "layers": [
             {
                 "pass": int(t.pass_index[r]), "partial": bool(a.layers.partial[int(t.pass_index[r])]), "index": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
