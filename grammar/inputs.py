@@ -147,9 +147,13 @@ def byte_stream(path: str | os.PathLike, size: int = 1 << 16) -> Iterator[bytes]
             yield block
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The whole file, inflated when it is compressed (within the decompression limit)."""
-    return b"".join(byte_stream(path, 1 << 20))
+def read_bytes(path: str | os.PathLike) -> bytes | bytearray:
+    """The whole file, inflated when it is compressed (within the decompression limit), held
+    once: grown in place, never joined from pieces."""
+    data = bytearray()
+    for block in byte_stream(path, 1 << 20):
+        data += block
+    return data
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -157,7 +161,7 @@ def read_text(path: str | os.PathLike) -> str:
     return decode(read_bytes(path), str(path))
 
 
-def decode(data: bytes, path: str | None = None) -> str:
+def decode(data: bytes | bytearray, path: str | None = None) -> str:
     """UTF-8 text; a bad byte is reported at its line and column."""
     try:
         return data.decode("utf-8")

@@ -1,0 +1,128 @@
+"""The one input module: what may be read, how compressed inputs inflate, and their limit."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from layerc.grammar import inputs
+from layerc.ir.diagnostics import LayercError, ParseError
+
+COMPRESS = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}
+
+
+@pytest.fixture(autouse=True)
+def default_limit():
+    inputs.set_max_decompressed(None)
+    yield
+    inputs.set_max_decompressed(None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.binary(max_size=20_000), kind=st.sampled_from(sorted(COMPRESS)), members=st.integers(1, 3),
+       piece=st.sampled_from([1 << 10, 1 << 16]))
+def test_every_compression_inflates_to_the_bytes_whatever_the_pieces(tmp_path_factory, data, kind, members, piece):
+    """Concatenated members (pigz, pbzip2, cat a.gz b.gz) read as one stream, in any piece size."""
+    path = tmp_path_factory.mktemp("c") / "f"
+    path.write_bytes(b"".join(COMPRESS[kind](data) for _ in range(members)))
+    assert b"".join(inputs.byte_stream(path, piece)) == data * members
+    assert inputs.compression(path.read_bytes()[:8]) == kind
+
+
+def test_plain_bytes_pass_through(tmp_path):
+    path = tmp_path / "plain.json"
+    path.write_bytes(b'{"traceEvents": []}')
+    assert inputs.read_bytes(path) == b'{"traceEvents": []}'
+
+
+@pytest.mark.parametrize("kind", sorted(COMPRESS))
+def test_a_truncated_stream_is_a_parse_error_naming_its_format(tmp_path, kind):
+    path = tmp_path / "cut"
+    whole = COMPRESS[kind](os.urandom(50_000))
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ParseError, match=kind):
+        inputs.read_bytes(path)
+
+
+def test_corrupt_gzip_is_a_parse_error(tmp_path):
+    path = tmp_path / "bad.gz"
+    data = bytearray(gzip.compress(b"x" * 10_000))
+    data[20:30] = b"\xff" * 10
+    path.write_bytes(bytes(data))
+    with pytest.raises(ParseError, match="gzip"):
+        inputs.read_bytes(path)
+
+
+def test_a_bomb_stops_at_the_limit_and_says_how_to_raise_it(tmp_path):
+    path = tmp_path / "bomb.gz"
+    path.write_bytes(gzip.compress(b"\0" * (300 << 20), 9))  # 300 MB from about 300 KB
+    with pytest.raises(LayercError, match="--max-decompressed") as e:
+        inputs.read_bytes(path)
+    assert e.value.path == str(path)
+    inputs.set_max_decompressed(0)  # no limit
+    assert len(inputs.read_bytes(path)) == 300 << 20
+
+
+def test_the_default_limit_follows_the_file_size():
+    assert inputs.limit_for(1_000) == inputs.MIN_LIMIT
+    assert inputs.limit_for(10 << 30) == inputs.MAX_RATIO * (10 << 30)
+    inputs.set_max_decompressed(5 << 20)
+    assert inputs.limit_for(10 << 30) == 5 << 20
+
+
+@pytest.mark.parametrize("text,size", [("0", 0), ("512", 512), ("4K", 4096), ("20G", 20 << 30), ("1.5M", 3 << 19),
+                                        ("2gib", 2 << 30), ("3MB", 3 << 20)])
+def test_sizes(text, size):
+    assert inputs.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "-1", "nan", "inf", "G", "1Q", "1e999"])
+def test_bad_sizes(text):
+    with pytest.raises(ValueError):
+        inputs.parse_size(text)
+
+
+def test_bad_size_option_is_a_usage_error(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "trace", "x.json", "--max-decompressed", "lots"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--max-decompressed" in r.stderr
+
+
+def test_zstd_without_its_package_says_what_to_install(tmp_path, monkeypatch):
+    path = tmp_path / "t.json.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 20)
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as where it is not installed
+    with pytest.raises(LayercError, match="zstandard"):
+        inputs.read_bytes(path)
+
+
+@pytest.mark.parametrize("make,says", [
+    (lambda p: p.mkdir(), "a directory, not a file"),
+    (lambda p: os.mkfifo(p), "a FIFO (named pipe), not a regular file"),
+    (lambda p: None, "no such file"),
+])
+def test_what_cannot_be_read_is_named(tmp_path, make, says):
+    path = tmp_path / "x"
+    make(path)
+    with pytest.raises(LayercError) as e:
+        inputs.check_file(path)
+    assert e.value.path == str(path) and e.value.message.startswith(says)
+
+
+def test_a_directory_where_one_is_taken(tmp_path):
+    assert inputs.check_file(tmp_path, directory=True) == tmp_path
+
+
+def test_invalid_utf8_is_located(tmp_path):
+    path = tmp_path / "dump.txt"
+    path.write_bytes(b"graph():\n    x = 1\n    y = \xff\n")
+    with pytest.raises(ParseError) as e:
+        inputs.read_text(path)
+    assert (e.value.loc.line, e.value.loc.column) == (3, 9)
