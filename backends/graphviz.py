@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 
 from layerc.ir.diagnostics import LayercError
 
-#: Graphviz gets this long per graph.
+#: Graphviz gets this long per graph ...
 RENDER_TIMEOUT_S = 120.0
+#: ... and this much address space: a graph that asks for a huge drawing (a node 10**5 inches
+#: wide) makes cairo allocate gigabytes; past the limit ``dot`` fails, and that is reported.
+RENDER_MEMORY = 2 << 30
 
 
 #: What a user without Graphviz is told once, when pictures are skipped.
@@ -30,10 +34,21 @@ def render_dot(text: str, fmt: str = "png", *, dpi: int | None = None, timeout: 
         raise LayercError("Graphviz 'dot' is not installed (apt-get install graphviz)")
     cmd = [exe, f"-T{fmt}"] + ([f"-Gdpi={int(dpi)}"] if dpi and fmt == "png" else [])
     try:
-        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=timeout, check=False,
+                              preexec_fn=_limit_memory)
     except subprocess.TimeoutExpired:
         raise LayercError(f"Graphviz 'dot' timed out after {timeout:g}s rendering {fmt}") from None
     if proc.returncode != 0 or not proc.stdout:
         err = proc.stderr.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
         raise LayercError(f"Graphviz 'dot' failed rendering {fmt}: {err}")
     return proc.stdout
+
+
+def _limit_memory() -> None:
+    """In the child, before ``dot`` runs: lower its address-space limit to RENDER_MEMORY."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = RENDER_MEMORY if soft == resource.RLIM_INFINITY else min(soft, RENDER_MEMORY)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ValueError, OSError):  # a platform that does not limit address space: the timeout still holds
+        pass

@@ -1,6 +1,10 @@
 """A kernel's buffer liveness as a chart (matplotlib, Agg): one row per buffer on an operation-id
 axis, SMEM blue and TMEM red, OperandD accumulators hatched; under it the live SMEM bytes and the
-live TMEM columns against the hardware capacity, each peak marked where it happens."""
+live TMEM columns against the hardware capacity, each peak marked where it happens.
+
+The figure's size never follows the input: at most ``MAX_ROWS`` buffers get a row (the title says
+how many are left out), names are cut to ``MAX_NAME`` characters, and the curves are drawn from
+their steps, however far apart the operation ids are."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from layerc.ir.memory import SMEM, TMEM, Kernel, Liveness, MemoryModule, interva
 
 COLORS = {SMEM: "#3b78b5", TMEM: "#c8463d"}
 PEAK_COLOR = "#222222"
+MAX_ROWS = 100  #: buffers drawn, one row each (0.3 inch a row)
+MAX_NAME = 40  #: characters of a buffer name on its row (of a kernel name in the title: twice that)
 
 
 def liveness_chart(module: MemoryModule, k: Kernel, fmt: str = "png", dpi: int = 150) -> bytes:
@@ -22,13 +28,15 @@ def liveness_chart(module: MemoryModule, k: Kernel, fmt: str = "png", dpi: int =
     from matplotlib.figure import Figure
 
     b = k.buffers
-    order = np.lexsort((b.start, b.kind))[::-1]  # SMEM on top, each kind by start
+    order = np.lexsort((b.start, b.kind))[:MAX_ROWS][::-1]  # SMEM on top, each kind by start
+    left_out = f"; {len(b) - len(order):,} more buffers not drawn" if len(b) > len(order) else ""
     panels = [mem for mem, kind in (("smem", SMEM), ("tmem", TMEM)) if (b.kind == kind).any() and mem in k.liveness]
-    rows = max(len(b), 1)
+    rows = max(len(order), 1)
     heights = [max(1.2, 0.3 * rows)] + [1.6] * len(panels)
     fig = Figure(figsize=(11, sum(heights) + 1.3), layout="constrained")
     axes = fig.subplots(len(heights), 1, sharex=True, height_ratios=heights, squeeze=False)[:, 0]
-    fig.suptitle(f"{k.name}: buffer liveness by operation id ({module.arch or 'no capacity'})", fontsize=12, fontweight="bold")
+    fig.suptitle(f"{_cut(k.name, 2 * MAX_NAME)}: buffer liveness by operation id ({module.arch or 'no capacity'}{left_out})",
+                 fontsize=12, fontweight="bold")
     _gantt(axes[0], module, k, order)
     for ax, mem in zip(axes[1:], panels):
         _usage(ax, k.liveness[mem], mem)
@@ -39,7 +47,8 @@ def liveness_chart(module: MemoryModule, k: Kernel, fmt: str = "png", dpi: int =
                 ax.axvline(live.peak_at + 0.5, color=COLORS[SMEM if mem == "smem" else TMEM], lw=1, ls=":", alpha=0.8)
     axes[-1].set_xlabel("operation id")
     if len(b):  # room on the right for the interval labels
-        lo, hi = int(b.start.min()), int(b.end.max())
+        lo = int(b.start.min())
+        hi = max(int(b.end.max()), lo + 1)
         axes[-1].set_xlim(lo - 1, hi + max(3, (hi - lo) * 0.09))
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi)
@@ -58,7 +67,7 @@ def _gantt(ax, m: MemoryModule, k: Kernel, order: np.ndarray) -> None:
                 hatch="//" if b.operand_d[i] else None, edgecolor="white" if not b.operand_d[i] else "#5a1410", lw=0.6)
         size = (_kib(int(b.bytes[i])) if kind == SMEM else (f"{b.rows[i]}x{b.cols[i]}" if b.rows[i] >= 0 else "?"))
         ax.text(end + 0.3, y, f"{interval_text(start, end)}", va="center", fontsize=7, color="#444444")
-        labels.append(f"{m.text(b.name[i])}  {size}")
+        labels.append(f"{_cut(m.text(b.name[i]) or '', MAX_NAME)}  {size}")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylim(-0.7, max(len(labels), 1) - 0.3)
     ax.grid(axis="x", alpha=0.3)
@@ -73,9 +82,8 @@ def _gantt(ax, m: MemoryModule, k: Kernel, order: np.ndarray) -> None:
 def _usage(ax, live: Liveness, mem: str) -> None:
     color = COLORS[SMEM if mem == "smem" else TMEM]
     scale, unit = (1024, "KiB") if mem == "smem" else (1, "columns")
-    if len(live.live):
-        x = np.arange(live.first, live.first + len(live.live) + 1)
-        y = np.append(live.live, live.live[-1]) / scale
+    if len(live.live):  # the steps themselves: a point where the amount changes, the last at 0
+        x, y = live.ops, live.live / scale
         ax.fill_between(x, y, step="post", color=color, alpha=0.35)
         ax.step(x, y, where="post", color=color, lw=1.2)
     if live.capacity:
@@ -93,6 +101,10 @@ def _usage(ax, live: Liveness, mem: str) -> None:
     ax.set_ylim(0, top * 1.22)
     ax.set_ylabel(f"live {mem.upper()}\n({unit})", fontsize=8)
     ax.grid(alpha=0.3)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _kib(n: int) -> str:

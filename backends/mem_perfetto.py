@@ -47,6 +47,7 @@ class _Writer:
     def __init__(self, pb):
         self.pb = pb
         self.next_uuid = _UUID_BASE
+        self.next_flow = 0
         self.descriptors: list = []
         self.events: list[tuple[int, int, object]] = []  #: (ts, order: ends, counters, begins), packet
         self.stats = {"tracks": 0, "slices": 0, "counters": 0, "flows": 0}
@@ -108,12 +109,9 @@ class _Writer:
                 continue
             t = self.track(label, proc, rank, unit=unit)
             rank += 1
-            values = live.live
-            change = np.nonzero(np.diff(np.concatenate(([-1], values))))[0]
-            for i in change.tolist():
-                self.event(live.first + i, _COUNTER, t, value=int(values[i]))
-            self.event(live.first + len(values), _COUNTER, t, value=0)
-            self.stats["counters"] += len(change) + 1
+            for op, value in zip(live.ops.tolist(), live.live.tolist()):  # a step where the amount changes; the last is 0
+                self.event(op, _COUNTER, t, value=value)
+            self.stats["counters"] += len(live.ops)
         b = k.buffers
         counts = np.bincount(k.channel_nodes.buffer, minlength=len(b)) if len(k.channel_nodes) else np.zeros(len(b), int)
         for i in np.lexsort((b.start, b.kind)).tolist():
@@ -141,18 +139,17 @@ class _Writer:
         flows_out: dict[int, list[int]] = {}
         flows_in: dict[int, list[int]] = {}
         ch = k.channels()
-        for i in range(len(ch)):
-            src, dst = k.node_rows(np.array([ch.src[i], ch.dst[i]])).tolist()
+        for src, dst in zip(k.node_rows(ch.src).tolist(), k.node_rows(ch.dst).tolist()):
             if src >= 0 and dst >= 0 and ops.op_id[src] >= 0 and ops.op_id[dst] >= 0:
-                flow = (k.index << 24) + int(ch.id[i]) + 1
-                flows_out.setdefault(src, []).append(flow)
-                flows_in.setdefault(dst, []).append(flow)
+                self.next_flow += 1  # unique in the trace, whatever ids the dump gives its channels
+                flows_out.setdefault(src, []).append(self.next_flow)
+                flows_in.setdefault(dst, []).append(self.next_flow)
                 self.stats["flows"] += 1
+        members = k.partition_members()
         for pid in k.partitions.id.tolist():
             t = self.track(f"partition {pid}", proc, rank)
             rank += 1
-            rows = k.op_partitions.op[k.op_partitions.partition == pid].tolist()
-            for r in sorted(set(rows), key=lambda r: int(ops.op_id[r])):
+            for r in sorted(set(members.get(pid, ())), key=lambda r: int(ops.op_id[r])):
                 if ops.op_id[r] < 0 or ops.partition[r] != pid:
                     continue
                 op_id = int(ops.op_id[r])

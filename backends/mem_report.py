@@ -4,6 +4,7 @@ text ``--print-ir-after-all`` prints.
 The JSON document has, per kernel, its dumps, buffers (kind, name, ids, size, liveness, channel
 count, OperandD, where in the input), channels (merged from both views), partitions with their
 ops, the SMEM and TMEM peaks with the operation id where each happens and the buffers live there,
+the live amount as ``steps`` (``[operation id, amount from there on]`` where it changes, the last 0),
 and the findings (severity, code, message, file, line, column).
 """
 
@@ -15,6 +16,11 @@ from layerc.ir.memory import KIND_NAMES, SMEM, TMEM, Kernel, Liveness, MemoryMod
 from layerc.passes.mem_liveness import CAPACITY, TMEM_LANES, live_at
 
 SEVERITIES = ("error", "warning", "note")
+#: The terminal summary lists this many buffers and partitions of a kernel (JSON has them all), and
+#: this many characters of a name.
+SHOW_ROWS = 200
+SHOW_NAME = 60
+SHOW_NAMES = 20  #: buffers named on a peak's line
 
 
 def buffer_size(module: MemoryModule, k: Kernel, i: int) -> str:
@@ -88,10 +94,8 @@ def _kernel(m: MemoryModule, k: Kernel) -> dict:
         }
         for i in range(len(ch))
     ]
-    out["partitions"] = [
-        {"id": int(pid), "ops": [_op(m, k, int(r)) for r in k.op_partitions.op[k.op_partitions.partition == pid].tolist()]}
-        for pid in k.partitions.id.tolist()
-    ]
+    members = k.partition_members()
+    out["partitions"] = [{"id": int(pid), "ops": [_op(m, k, r) for r in members.get(pid, ())]} for pid in k.partitions.id.tolist()]
     out["key_ops"] = len(ops)
     out["findings"] = [
         {"severity": f.severity, "code": f.code, "message": f.message, "file": m.files[f.file] if f.file >= 0 else None,
@@ -105,7 +109,7 @@ def _liveness(m: MemoryModule, k: Kernel, kind: int, live: Liveness) -> dict:
     rows = live_at(k, kind, live.peak_at).tolist() if live.peak_at >= 0 else []
     return {"peak": live.peak, "at": live.peak_at if live.peak_at >= 0 else None, "unit": live.unit, "capacity": live.capacity,
             "live_at_peak": [m.text(k.buffers.name[r]) for r in rows], "unknown_size": live.unknown,
-            "first_op": live.first, "live": live.live.tolist()}
+            "steps": [[op, amount] for op, amount in zip(live.ops.tolist(), live.live.tolist())]}
 
 
 def _op(m: MemoryModule, k: Kernel, r: int) -> dict:
@@ -136,8 +140,9 @@ def ir_text(m: MemoryModule) -> str:
             buf = m.text(b.name[ch.buffer[i]]) if ch.buffer[i] >= 0 else "-"
             ends = f"{_id(ch.src_op[i])} -> {_id(ch.dst_op[i])}"
             lines.append(f"  channel ch{ch.id[i]} {KIND_NAMES[ch.kind[i]]}{' [D]' if ch.operand_d[i] else ''} {buf}: {ends}")
+        members = k.partition_members()
         for pid in k.partitions.id.tolist():
-            rows = k.op_partitions.op[k.op_partitions.partition == pid].tolist()
+            rows = members.get(pid, [])
             lines.append(f"  partition {pid}: " + ", ".join(f"{m.text(k.key_ops.op[r])}@{_id(k.key_ops.op_id[r])}" for r in rows))
         for mem, live in k.liveness.items():
             lines.append(f"  liveness {mem}: peak {live.peak} {live.unit} at {_id(live.peak_at)} of {live.capacity}")
@@ -160,7 +165,7 @@ def show(m: MemoryModule, console, written: list[str] | None = None, timeline_wi
 
     for k in m.kernels:
         files = ", ".join(sorted({m.files[g.file].rsplit("/", 1)[-1] for g in k.graphs.values()}))
-        console.print(Text.assemble((k.name, "bold"), f"  ({files}; {m.arch or 'no arch'})"))
+        console.print(Text.assemble((_cut(k.name), "bold"), f"  ({files}; {m.arch or 'no arch'})"))
         for mem in ("smem", "tmem"):
             live = k.liveness.get(mem)
             if live is None or (mem == "tmem" and not (k.buffers.kind == TMEM).any() and "tmem" not in k.graphs):
@@ -174,14 +179,19 @@ def show(m: MemoryModule, console, written: list[str] | None = None, timeline_wi
                               (f"ops {lo}..{hi - 1}", "left")):
                 tab.add_column(col, justify=just)
             counts_ = np.bincount(k.channel_nodes.buffer, minlength=len(b)) if len(k.channel_nodes) else np.zeros(len(b), int)
-            for i in np.lexsort((b.start, b.kind)).tolist():
+            for i in np.lexsort((b.start, b.kind))[:SHOW_ROWS].tolist():
                 kind = KIND_NAMES[b.kind[i]]
                 d = f" ({b.operand_d[i]} [D])" if b.operand_d[i] else ""
-                tab.add_row(kind, m.text(b.name[i]), buffer_size(m, k, i), interval_text(b.start[i], b.end[i]),
+                tab.add_row(kind, _cut(m.text(b.name[i])), buffer_size(m, k, i), interval_text(b.start[i], b.end[i]),
                             f"{counts_[i]}{d}", Text(_strip(int(b.start[i]), int(b.end[i]), lo, hi, timeline_width),
                                                      style="blue" if b.kind[i] == SMEM else "red"))
             console.print(tab)
-        parts = ", ".join(f"{pid} ({int((k.op_partitions.partition == pid).sum())} ops)" for pid in k.partitions.id.tolist())
+            if len(b) > SHOW_ROWS:
+                console.print(f"  ... and {len(b) - SHOW_ROWS:,} more buffers (the JSON report lists them all)")
+        members = k.partition_members()
+        pids = k.partitions.id.tolist()
+        parts = ", ".join(f"{pid} ({len(members.get(pid, ()))} ops)" for pid in pids[:SHOW_ROWS])
+        parts += f", ... ({len(pids):,} partitions)" if len(pids) > SHOW_ROWS else ""
         ch = k.channels()
         if len(ch) or parts:
             kinds = ", ".join(f"{int((ch.kind == c).sum())} {KIND_NAMES[c]}" for c in (SMEM, TMEM, 2) if (ch.kind == c).any())
@@ -196,11 +206,18 @@ def show(m: MemoryModule, console, written: list[str] | None = None, timeline_wi
         console.print(f"wrote {path}", highlight=False)
 
 
+def _cut(text: str | None) -> str:
+    text = text or ""
+    return text if len(text) <= SHOW_NAME else text[: SHOW_NAME - 1] + "…"
+
+
 def _peak_line(m: MemoryModule, k: Kernel, mem: str, live: Liveness) -> str:
     kind = SMEM if mem == "smem" else TMEM
     if live.peak_at < 0:
         return f"{mem.upper()}: nothing live"
-    names = [m.text(k.buffers.name[r]) for r in live_at(k, kind, live.peak_at).tolist()]
+    rows = live_at(k, kind, live.peak_at).tolist()
+    names = [_cut(m.text(k.buffers.name[r])) for r in rows[:SHOW_NAMES]]
+    names += [f"{len(rows) - SHOW_NAMES:,} more"] if len(rows) > SHOW_NAMES else []
     if mem == "smem":
         amount = f"{human_bytes(live.peak)} ({live.peak:,} B)"
         of = f"of {human_bytes(live.capacity)}"

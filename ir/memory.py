@@ -22,11 +22,12 @@ and column it was read from, so each finding points into the input.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerc.ir.diagnostics import LayercError, Location, VerifyError, source_line_at
+from layerc.ir.diagnostics import LayercError, Location, VerifyError
 from layerc.ir.trace import NONE, Strings, Table
 
 #: Buffer and channel kinds. A combined-graph channel of neither memory (a register channel)
@@ -163,13 +164,15 @@ class Finding:
 
 @dataclass
 class Liveness:
-    """What ``mem-liveness`` computes for one memory: the live amount at every operation id from
-    ``first`` on (``live[i]`` at operation ``first + i``), its peak, the first operation id where
-    the peak holds, and the capacity it is held against (``unit``: bytes or columns)."""
+    """What ``mem-liveness`` computes for one memory: the live amount as a step function
+    (``live[i]`` from operation ``ops[i]`` up to ``ops[i + 1]``; the last step, where the last
+    buffer ends, is 0), its peak, the first operation id where the peak holds, and the capacity it
+    is held against (``unit``: bytes or columns). Only the operations where the amount changes are
+    kept: the curve grows with the number of buffers, never with the span of their operation ids."""
 
     unit: str
-    first: int
-    live: np.ndarray
+    ops: np.ndarray  #: ascending operation ids where the live amount changes
+    live: np.ndarray  #: the amount live from each of ``ops`` on
     peak: int
     peak_at: int  #: -1 when nothing is live
     capacity: int
@@ -229,6 +232,14 @@ class Kernel:
         """The ``key_ops`` row of each node number, -1 where the graph declares no such node."""
         return _first_row(self.key_ops.node, np.asarray(nodes, np.int64))
 
+    def partition_members(self) -> dict[int, list[int]]:
+        """Each partition id's declared ``key_ops`` rows, in the order declared, in one pass over
+        ``op_partitions`` (not one per partition: a dump may hold very many)."""
+        groups: dict[int, list[int]] = {}
+        for op, pid in zip(self.op_partitions.op.tolist(), self.op_partitions.partition.tolist()):
+            groups.setdefault(pid, []).append(op)
+        return groups
+
     def operands_of(self, row: int, strings: Strings) -> list[str]:
         k = self.key_ops
         s, n = int(k.operand_start[row]), int(k.operand_count[row])
@@ -248,6 +259,8 @@ class Kernel:
         for kind, live in self.liveness.items():
             if live.peak != (int(live.live.max()) if len(live.live) else 0):
                 raise VerifyError(f"kernel {self.name}: {kind} peak {live.peak} is not the maximum of its live curve")
+            if len(live.ops) != len(live.live) or (np.diff(live.ops) <= 0).any() or (len(live.live) and live.live[-1] != 0):
+                raise VerifyError(f"kernel {self.name}: {kind} live curve is not a step function that ends at 0")
 
 
 @dataclass
@@ -261,6 +274,7 @@ class MemoryModule:
     texts: dict[int, str] = field(default_factory=dict)  #: file id -> its text, to quote lines
     findings: list[Finding] = field(default_factory=list)
     arch: str | None = None  #: the capacity table entry the liveness was held against
+    _newlines: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def verify(self) -> None:
         for k in self.kernels:
@@ -280,10 +294,24 @@ class MemoryModule:
         """A finding as a compiler prints it: ``file:line:col: severity: message``, the source
         line and a caret."""
         path = self.files[f.file] or self.source
-        text = self.texts.get(f.file)
         loc = Location(f.line, max(f.column, 1)) if f.line > 0 else None
-        line = source_line_at(text, f.line) if (text is not None and loc is not None) else None
+        line = self.source_line(f.file, f.line) if loc is not None else None
         return LayercError(f.message, path, loc, line, severity=f.severity).format()
+
+    def source_line(self, file: int, line: int) -> str | None:
+        """Line ``line`` (1-based) of file ``file``'s text; the file's newlines are found once, so
+        that quoting many findings costs no more than reading the file."""
+        text = self.texts.get(file)
+        if text is None or line < 1:
+            return None
+        if file not in self._newlines:
+            self._newlines[file] = [m.start() for m in re.finditer("\n", text)]
+        newlines = self._newlines[file]
+        if line - 1 > len(newlines):
+            return None
+        start = newlines[line - 2] + 1 if line > 1 else 0
+        end = newlines[line - 1] if line - 1 < len(newlines) else len(text)
+        return text[start:end]
 
     def add(self, kernel: Kernel, severity: str, code: str, message: str, file: int = NONE, line: int = 0, column: int = 0) -> Finding:
         f = Finding(severity, code, message, kernel.index, int(file), int(line), int(column))

@@ -120,14 +120,21 @@ class _Checker:
         return cluster == row or (kind == TMEM and row == "alloc" and cluster == f"alloc{self.b.index[c]}")
 
     def _pair_by_name(self, clusters: list[int], rows: list[int], kind: int) -> list[tuple[int | None, int | None]]:
+        """Each cluster with the first free summary row of its name (a nameless TMEM alloc's row
+        reads "alloc"); rows left over pair with nothing. One pass each way, by name."""
+        free: dict[str, list[int]] = defaultdict(list)
+        for r in reversed(rows):
+            free[self.name(self.k.summary.name[r])].append(r)  # popped from the end: first row first
+        taken: set[int] = set()
         pairs: list[tuple[int | None, int | None]] = []
-        free = list(rows)
         for c in clusters:
-            match = next((r for r in free if self._same_name(c, r, kind)), None)
+            name = self.name(self.b.name[c])
+            names = [name] + (["alloc"] if kind == TMEM and name == f"alloc{self.b.index[c]}" else [])
+            match = next((free[n].pop() for n in names if free.get(n)), None)
             if match is not None:
-                free.remove(match)
+                taken.add(match)
             pairs.append((c, match))
-        return pairs + [(None, r) for r in free]
+        return pairs + [(None, r) for r in rows if r not in taken]
 
     def axis(self, kind: int, graph_kind: str) -> None:
         g = self.k.graphs[graph_kind]
@@ -137,11 +144,12 @@ class _Checker:
         mine = np.nonzero(b.kind == kind)[0]
         if not len(mine):
             return
-        want = axis_ticks(int(b.start[mine].min()), int(b.end[mine].max()))
+        lo, hi = int(b.start[mine].min()), int(b.end[mine].max())
+        want = axis_ticks(lo, hi)
         if g.axis.tolist() != want:
             got = g.axis.tolist()
             self.m.add(self.k, "warning", "axis", f"the {KIND_NAMES[kind]} time axis reads {_ticks(got)} but the intervals span "
-                       f"{interval_text(want[0], int(b.end[mine].max()))} (ticks {_ticks(want)})", g.file, g.axis_line, g.axis_column)
+                       f"{interval_text(lo, hi)} (ticks {_ticks(want)})", g.file, g.axis_line, g.axis_column)
 
     # intervals ------------------------------------------------------------------------------------------
     def intervals(self) -> None:
@@ -174,6 +182,7 @@ class _Checker:
         edge_of = {cid: i for i, cid in reversed(list(enumerate(edges.id.tolist())))}
         node_of = {cid: i for i, cid in reversed(list(enumerate(nodes.id.tolist())))}
         declared = set(k.key_ops.node.tolist())
+        src_op, dst_op = k.op_id_of_nodes(edges.src), k.op_id_of_nodes(edges.dst)  # once, not once per channel
         for j, cid in enumerate(nodes.id.tolist()):
             e = edge_of.get(cid)
             kind = int(self.b.kind[nodes.buffer[j]])
@@ -188,8 +197,8 @@ class _Checker:
             if bool(edges.operand_d[e]) != bool(nodes.operand_d[j]):
                 self.add("error", "channel-operand-d", f"channel ch{cid} is {'' if nodes.operand_d[j] else 'not '}OperandD in the "
                          f"liveness graph but {'' if edges.operand_d[e] else 'not '}in the combined graph", edges, e)
-            ops = k.op_id_of_nodes(np.array([edges.src[e], edges.dst[e]]))
-            if nodes.src_op[j] >= 0 and (ops >= 0).all() and (ops[0], ops[1]) != (nodes.src_op[j], nodes.dst_op[j]):
+            ops = (int(src_op[e]), int(dst_op[e]))
+            if nodes.src_op[j] >= 0 and min(ops) >= 0 and ops != (nodes.src_op[j], nodes.dst_op[j]):
                 self.add("error", "channel-ends", f"channel ch{cid} runs {nodes.src_op[j]} to {nodes.dst_op[j]} in the liveness "
                          f"graph but {ops[0]} to {ops[1]} in the combined graph", edges, e)
         for e, cid in enumerate(edges.id.tolist()):
@@ -266,8 +275,7 @@ class _Checker:
         for i in smem:
             by_id[int(b.buffer_id[i])].append(i)
         for bid, rows in by_id.items():
-            for x, y in _pairs(rows):
-                both = _overlap(b, x, y)
+            for x, y, both in _overlaps(b, rows):
                 if both is not None:
                     self.add("error", "buffer-clash", f"'{self.name(b.name[x])}' and '{self.name(b.name[y])}' are both SMEM buffer "
                              f"B{bid} and both live over {interval_text(*both)}", b, y)
@@ -280,6 +288,7 @@ class _Checker:
         """Buffers whose channels' edges carry one ``buffer.id`` share its space."""
         k, b, nodes, edges, ops = self.k, self.b, self.k.channel_nodes, self.k.channel_edges, self.k.key_ops
         edge_of = {cid: i for i, cid in reversed(list(enumerate(edges.id.tolist())))}
+        src_row, dst_row = k.node_rows(edges.src).tolist(), k.node_rows(edges.dst).tolist()
         refs: dict[int, set[int]] = defaultdict(set)
         depths: dict[int, list[int]] = defaultdict(list)
         for j, cid in enumerate(nodes.id.tolist()):
@@ -288,8 +297,7 @@ class _Checker:
                 continue
             r = int(nodes.buffer[j])
             refs[r].add(int(edges.buffer_ref[e]))
-            rows = k.node_rows(np.array([edges.src[e], edges.dst[e]]))
-            depths[r] += [int(ops.depth[x]) for x in rows.tolist() if x >= 0]
+            depths[r] += [int(ops.depth[x]) for x in (src_row[e], dst_row[e]) if x >= 0]
         for r, ids in refs.items():
             if len(ids) > 1:
                 self.add("warning", "buffer-ref", f"the channels of '{self.name(b.name[r])}' name different buffer.ids "
@@ -299,8 +307,7 @@ class _Checker:
         for r, ids in refs.items():
             sharing[(int(b.kind[r]), min(ids))].append(r)
         for (kind, bid), rows in sharing.items():
-            for x, y in _pairs(sorted(rows)):
-                both = _overlap(b, x, y)
+            for x, y, both in _overlaps(b, sorted(rows)):
                 if both is None:
                     continue
                 pooled = innermost > 0 and all(d == innermost for r in (x, y) for d in depths[r])
@@ -312,10 +319,16 @@ class _Checker:
                     self.add("warning", "shared-overlap", what + ": the space is reused while still live", b, y)
 
 
-def _pairs(rows: list[int]):
-    for i, x in enumerate(rows):
-        for y in rows[i + 1 :]:
-            yield x, y
+def _overlaps(b, rows: list[int]):
+    """``(x, y, span)`` for each row ``y`` but the first to start: ``x`` is the row started before
+    it that ends last, ``span`` what they are both live over (None when ``y`` overlaps no earlier
+    row). One finding per row, in one sort: every pair would be quadratic in a hostile dump."""
+    last = None  # of the rows seen, the one that ends last
+    for y in sorted(rows, key=lambda r: (int(b.start[r]), r)):
+        if last is not None:
+            yield last, y, _overlap(b, last, y)
+        if last is None or b.end[y] > b.end[last]:
+            last = y
 
 
 def _overlap(b, x: int, y: int) -> tuple[int, int] | None:

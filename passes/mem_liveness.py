@@ -58,19 +58,22 @@ def pick_arch(module: MemoryModule, arch: str) -> str:
     return "sm100" if has_tmem else "sm90"
 
 
-def live_curve(start: np.ndarray, end: np.ndarray, amount: np.ndarray) -> tuple[int, np.ndarray]:
-    """The amount live at each operation id from the first start: ``(first, live)``; intervals
-    with ``end <= start`` hold nothing."""
+def live_curve(start: np.ndarray, end: np.ndarray, amount: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The amount live as a step function ``(ops, live)``: ``live[i]`` from operation ``ops[i]``
+    on, a step only where the amount changes, the last (0) where the last interval ends. Intervals
+    with ``end <= start`` hold nothing. Its size is the number of intervals, whatever operation ids
+    they name (a dense curve over ``[36-2147483647)`` would take 16 GB)."""
     start, end, amount = (np.asarray(a, np.int64) for a in (start, end, amount))
     keep = end > start
     if not keep.any():
-        return 0, np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     start, end, amount = start[keep], end[keep], amount[keep]
-    first, last = int(start.min()), int(end.max())
-    delta = np.zeros(last - first + 1, np.int64)
-    np.add.at(delta, start - first, amount)
-    np.add.at(delta, end - first, -amount)
-    return first, np.cumsum(delta)[:-1]
+    ops, where = np.unique(np.concatenate((start, end)), return_inverse=True)
+    delta = np.zeros(len(ops), np.int64)
+    np.add.at(delta, where, np.concatenate((amount, -amount)))
+    live = np.cumsum(delta)
+    changes = np.concatenate(([True], live[1:] != live[:-1]))
+    return ops[changes], live[changes]
 
 
 def kernel_liveness(kernel: Kernel, kind: int, capacity: int) -> Liveness:
@@ -78,10 +81,10 @@ def kernel_liveness(kernel: Kernel, kind: int, capacity: int) -> Liveness:
     mine = b.kind == kind
     amount = b.bytes if kind == SMEM else b.cols.astype(np.int64)
     known = mine & (amount >= 0)
-    first, live = live_curve(b.start[known], b.end[known], amount[known])
+    ops, live = live_curve(b.start[known], b.end[known], amount[known])
     peak = int(live.max()) if len(live) else 0
-    peak_at = first + int(np.argmax(live)) if peak > 0 else -1
-    return Liveness("bytes" if kind == SMEM else "columns", first, live, peak, peak_at, capacity, int((mine & ~known).sum()))
+    peak_at = int(ops[np.argmax(live)]) if peak > 0 else -1
+    return Liveness("bytes" if kind == SMEM else "columns", ops, live, peak, peak_at, capacity, int((mine & ~known).sum()))
 
 
 def live_at(kernel: Kernel, kind: int, op: int) -> np.ndarray:

@@ -123,11 +123,7 @@ def test_perfetto_trace_reads_back(tmp_path):
             live = k.liveness[mem]
             track = next(u for u in mine if name[u] == label)
             steps = [(p.timestamp // NS_PER_OP, p.track_event.counter_value) for p in events if p.track_event.track_uuid == track]
-            value, curve = 0, {}
-            for t in range(live.first, live.first + len(live.live)):
-                value = dict(steps).get(t, value)
-                curve[t] = value
-            assert list(curve.values()) == live.live.tolist() and steps[-1][1] == 0
+            assert steps == list(zip(live.ops.tolist(), live.live.tolist())) and steps[-1][1] == 0
         partitions = [u for u in mine if name[u].startswith("partition ")]
         assert len(partitions) == (len(k.partitions) if (k.key_ops.op_id >= 0).any() else 0)
     flows = [f for p in events for f in p.track_event.flow_ids]

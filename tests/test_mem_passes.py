@@ -29,15 +29,20 @@ def brute_force(start, end, amount) -> dict[int, int]:
     return live
 
 
-def check_curve(first: int, curve: np.ndarray, start, end, amount) -> None:
+def check_curve(ops: np.ndarray, curve: np.ndarray, start, end, amount) -> None:
+    """The step function (a step only where the amount changes, ending at 0) equals the brute-force
+    count at every operation id."""
     want = brute_force(start, end, amount)
+    ops, curve = ops.tolist(), curve.tolist()
+    assert ops == sorted(set(ops)) and len(ops) == len(curve)
+    assert all(a != b for a, b in zip(curve, curve[1:])) and (not curve or curve[-1] == 0)
     if not want:
-        assert len(curve) == 0
+        assert set(curve) <= {0}
         return
-    assert first == min(want)
-    assert len(curve) == max(want) - first + 1
-    for t, v in enumerate(curve.tolist()):
-        assert v == want.get(first + t, 0)
+    steps, value = dict(zip(ops, curve)), 0
+    for t in range(min(want) - 1, max(want) + 2):
+        value = steps.get(t, value)
+        assert value == want.get(t, 0)
 
 
 intervals = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 60), st.integers(-1, 1 << 17), st.sampled_from([SMEM, TMEM])),
@@ -65,7 +70,7 @@ def test_liveness_equals_brute_force(rows):
     for mem, kind_, amount in (("smem", SMEM, size), ("tmem", TMEM, cols.astype(np.int64))):
         sel = (kind == kind_) & (amount >= 0)
         live = k.liveness[mem]
-        check_curve(live.first, live.live, start[sel], end[sel], amount[sel])
+        check_curve(live.ops, live.live, start[sel], end[sel], amount[sel])
         want = brute_force(start[sel], end[sel], amount[sel])
         peak = max(want.values(), default=0)
         assert live.peak == peak
@@ -92,15 +97,17 @@ def test_liveness_of_generated_kernels(seed):
     tmem = [a for a in spec.tmem if a.has_interval and a.has_size]
     for mem, allocs, amount in (("smem", smem, lambda a: a.size), ("tmem", tmem, lambda a: a.cols)):
         live = k.liveness[mem]
-        check_curve(live.first, live.live, [a.start for a in allocs], [a.end for a in allocs], [amount(a) for a in allocs])
+        check_curve(live.ops, live.live, [a.start for a in allocs], [a.end for a in allocs], [amount(a) for a in allocs])
         assert live.peak == max(brute_force([a.start for a in allocs], [a.end for a in allocs], [amount(a) for a in allocs]).values(),
                                 default=0)
 
 
 def test_live_curve_edges():
     assert live_curve([], [], [])[1].size == 0
-    first, live = live_curve([5, 5, 9], [5, 4, 10], [1, 1, 7])  # empty and reversed intervals hold nothing
-    assert (first, live.tolist()) == (9, [7])
+    ops, live = live_curve([5, 5, 9], [5, 4, 10], [1, 1, 7])  # empty and reversed intervals hold nothing
+    assert (ops.tolist(), live.tolist()) == ([9, 10], [7, 0])
+    ops, live = live_curve([36, 40], [2**31 - 1, 50], [32768, 512])  # sparse: one step per start and end
+    assert (ops.tolist(), live.tolist()) == ([36, 40, 50, 2**31 - 1], [32768, 33280, 32768, 0])
 
 
 # -- capacity --------------------------------------------------------------------------------------

@@ -204,7 +204,7 @@ def test_unreadable_inputs(tmp_path):
         read_ws_memory(tmp_path / "missing.log")
     broken = tmp_path / "b.log.gz"
     broken.write_bytes(b"\x1f\x8b\x08\x00broken")
-    with pytest.raises(LayercError, match="broken gzip"):
+    with pytest.raises(LayercError, match="truncated gzip|corrupt gzip"):  # read through layerc.grammar.inputs
         read_ws_memory(broken)
 
 

@@ -112,16 +112,37 @@ def _select(module, wanted: list[str]) -> list:
     for w in wanted:
         hits = [k for k in module.kernels if k.name == w or (w.isdigit() and k.index == int(w))]
         if not hits:
-            names = ", ".join(f"{k.index}:{k.name}" for k in module.kernels)
-            raise LayercError(f"no kernel '{w}' in {module.source} (kernels: {names})")
+            names = ", ".join(f"{k.index}:{k.name[:80]}" for k in module.kernels[:20]) + (", ..." if len(module.kernels) > 20 else "")
+            raise LayercError(f"no kernel '{w[:80]}' in {module.source} (kernels: {names})")
         chosen += [k for k in hits if k not in chosen]
     return chosen
 
 
+#: Characters of a kernel's name in its file names (a name may be longer than a file name can be).
+MAX_STEM = 100
+
+
 def kernel_stems(module) -> list[str]:
-    """A file-name stem per kernel: its name made safe, with the index where names repeat."""
-    stems = [re.sub(r"[^\w.\-]+", "_", k.name).strip(".") or f"kernel_{k.index}" for k in module.kernels]
-    return [s if stems.count(s) == 1 else f"{s}_{k.index}" for s, k in zip(stems, module.kernels)]
+    """A file-name stem per kernel: its name made safe and cut to MAX_STEM characters, with the
+    index where stems repeat."""
+    from collections import Counter
+
+    stems = [re.sub(r"[^\w.\-]+", "_", k.name[: 4 * MAX_STEM])[:MAX_STEM].strip(".") or f"kernel_{k.index}" for k in module.kernels]
+    seen = Counter(stems)
+    return [s if seen[s] == 1 else f"{s}_{k.index}" for s, k in zip(stems, module.kernels)]
+
+
+def _render(module, g, fmt: str) -> bytes:
+    """Graphviz's picture of graph ``g``: a graph that ``dot`` fails on (one it cannot draw, or
+    too large to draw within its limits) is an error at the graph's ``digraph`` line."""
+    from layerc.backends.graphviz import render_dot
+    from layerc.ir.diagnostics import LayercError, Location
+
+    try:
+        return render_dot(g.dot, fmt, dpi=PNG_DPI)
+    except LayercError as e:
+        message = e.message if len(e.message) <= 500 else e.message[:497] + "..."
+        raise LayercError(message, module.files[g.file], Location(g.line, g.column), module.source_line(g.file, g.line)) from None
 
 
 def write_outputs(module, args: argparse.Namespace) -> list[str]:
@@ -131,8 +152,13 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
     from layerc.backends.outputs import output_dir, write_atomic
     from layerc.backends.mem_report import report
 
+    from layerc.backends import graphviz
+
     out = output_dir(args.output)
     written: list[str] = []
+    draw_graphs = not args.no_render and graphviz.available()
+    if not args.no_render and not draw_graphs:  # the DOT, JSON, trace and chart are written all the same
+        sys.stderr.write(f"layerc: warning: {graphviz.MISSING}\n")
 
     def put(name: str, data: str | bytes) -> None:
         write_atomic(out / name, data)
@@ -147,18 +173,16 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
                 continue
             base = f"{stem}.{FILE_NAMES[kind]}"
             put(base + ".dot", g.dot)
-            if args.no_render:
+            if not draw_graphs:
                 continue
             _progress(f"rendering {base}")
-            from layerc.backends.graphviz import render_dot
-
             for fmt in args.format:
-                data = render_dot(g.dot, fmt, dpi=PNG_DPI)
+                data = _render(module, g, fmt)
                 put(f"{base}.{fmt}", data)
                 if fmt == "png":
                     pictures.append((f"{k.name}: {TITLES[kind]} ({module.files[g.file].rsplit('/', 1)[-1]})", data))
             if "png" not in args.format and args.combine:
-                pictures.append((f"{k.name}: {TITLES[kind]}", render_dot(g.dot, "png", dpi=PNG_DPI)))
+                pictures.append((f"{k.name}: {TITLES[kind]}", _render(module, g, "png")))
         if not args.no_render and k.liveness:
             from layerc.backends.mem_chart import liveness_chart
 
