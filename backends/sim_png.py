@@ -15,6 +15,11 @@ from layerc.ir.graph import Graph
 COLOURS = {"gemm": "#1f77b4", "attention": "#d62728", "moe": "#9467bd", "fused_mlp": "#17becf", "norm": "#2ca02c",
            "rope": "#ff7f0e", "softmax": "#e377c2", "act": "#bcbd22", "elementwise": "#7f7f7f", "kv_cache": "#8c564b",
            "router": "#aec7e8", "collective": "#000000"}
+#: The tallest chart in inches (about 6600 pixels at the chart's 110 dpi): with many engine rows
+#: (a seed trace with thousands of tids) the rows get thinner, the image no taller.
+MAX_HEIGHT_IN = 60.0
+#: Rows above this many get no per-row tick labels and no op names (they would not be legible).
+MAX_LABELLED_ROWS = 64
 #: seed op_type → the colour of our kind
 SEED_KINDS = {"MatMul": "gemm", "Norm": "norm", "ROPE": "rope", "Cache": "kv_cache", "Softmax.1": "softmax",
               "Softmax.2": "softmax", "Softmax.3": "softmax", "MatAdd": "elementwise", "Activation": "act"}
@@ -29,19 +34,24 @@ def render_schedule_png(graph: Graph, path: str | os.PathLike, title: str, seed=
 
     s = graph.meta["schedule"]
     ops = [n for n in graph.nodes if "schedule" in n.meta and n.meta["cost"].is_kernel]
-    panels = 2 if seed is not None else 1
-    fig, axes = plt.subplots(panels, 1, figsize=(13, 2.2 + 0.55 * s.engines + (2.2 + 0.55 * seed.engines if seed is not None else 0)),
-                             squeeze=False, gridspec_kw={"height_ratios": [s.engines + 1.5] + ([seed.engines + 1.5] if seed is not None else [])})
+    rows = [s.engines] + ([seed.engines] if seed is not None else [])
+    height = sum(2.2 + 0.55 * r for r in rows)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(13, min(height, MAX_HEIGHT_IN)), squeeze=False,
+                             gridspec_kw={"height_ratios": [r + 1.5 for r in rows]})
     ax = axes[0][0]
-    for n in ops:
-        sch, c = n.meta["schedule"], n.meta["cost"]
-        start, width = sch["start"] / 1e3, (sch["end"] - sch["start"]) / 1e3
-        ax.barh(sch["engine"], width, left=start, height=0.7, color=COLOURS.get(c.kind, "#cccccc"),
-                edgecolor="black" if sch["critical"] else "white", linewidth=1.4 if sch["critical"] else 0.5)
-        _label(ax, op_label(n), start, width, sch["engine"], s.makespan / 1e3)
-    ax.set_yticks(range(s.engines), [f"engine {e}" for e in range(s.engines)])
+    span = max(s.makespan / 1e3, 1e-3)
+    named = s.engines <= MAX_LABELLED_ROWS
+    sch = [n.meta["schedule"] for n in ops]
+    critical = [x["critical"] for x in sch]
+    ax.barh([x["engine"] for x in sch], [(x["end"] - x["start"]) / 1e3 for x in sch], left=[x["start"] / 1e3 for x in sch],
+            height=0.7, color=[COLOURS.get(n.meta["cost"].kind, "#cccccc") for n in ops],
+            edgecolor=["black" if c else "white" for c in critical], linewidth=[1.4 if c else 0.5 for c in critical])
+    if named:
+        for n, x in zip(ops, sch):
+            _label(ax, op_label(n), x["start"] / 1e3, (x["end"] - x["start"]) / 1e3, x["engine"], span)
+    _rows(ax, s.engines)
     ax.invert_yaxis()
-    ax.set_xlim(0, s.makespan / 1e3 * 1.01)
+    ax.set_xlim(0, span * 1.01)
     ax.set_xlabel("µs (roofline + launch overhead)")
     ax.set_title(f"{title}: makespan {s.makespan / 1e3:,.1f} µs on {s.engines} engine{'s' if s.engines > 1 else ''} "
                  f"(critical path {s.critical_path / 1e3:,.1f} µs, outlined)", loc="left", fontsize=10)
@@ -49,34 +59,50 @@ def render_schedule_png(graph: Graph, path: str | os.PathLike, title: str, seed=
     ax.legend(handles=[Patch(color=COLOURS.get(k, "#cccccc"), label=k) for k in kinds], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8, title="op type", title_fontsize=8)
     if seed is not None:
-        bx = axes[1][0]
-        late = {v.op for v in violations}
-        marked = set()
-        for i, name in enumerate(seed.name):
-            start, width = float(seed.start[i]), float(seed.dur[i])
-            bad = name in late
-            bx.barh(int(seed.engine[i]), width, left=start, height=0.7,
-                    color=COLOURS.get(SEED_KINDS.get(seed.op_type[i], ""), "#cccccc"),
-                    edgecolor="red" if bad else "white", linewidth=2.0 if bad else 0.5)
-            _label(bx, name, start, width, int(seed.engine[i]), seed.makespan)
-            if bad and name not in marked:
-                marked.add(name)
-                v = next(v for v in violations if v.op == name)
-                bx.annotate(f"'{name}' starts at +{start:,.0f},\nbefore '{v.reads}' (which it reads) ends at +{v.end:,.0f}",
-                            xy=(start, int(seed.engine[i])), xytext=(start + seed.makespan * 0.04, seed.engines - 0.6),
-                            fontsize=8, color="red", arrowprops={"arrowstyle": "->", "color": "red"})
-        bx.set_ylim(seed.engines - 0.2, -0.6)
-        bx.set_yticks(range(seed.engines), [f"engine {e}" for e in range(seed.engines)])
-        bx.set_xlim(0, seed.makespan * 1.01)
-        bx.set_xlabel("nominal µs (the seed's per-element constants)")
-        note = f"; {len(late)} dependency violation{'s' if len(late) > 1 else ''} (red)" if late else ""
-        bx.set_title(f"seed 004's simulated trace: makespan {seed.makespan:,.0f} nominal µs on {seed.engines} engines{note}",
-                     loc="left", fontsize=10)
+        _seed_panel(axes[1][0], seed, violations)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     write_atomic(path, buf.getvalue())
+
+
+def _seed_panel(bx, seed, violations) -> None:
+    """The seed's trace on its own axis: its bars in one call (a trace may have thousands), the
+    events that start before an input of theirs has ended outlined in red and explained once each."""
+    late = {v.op for v in violations}
+    span = max(seed.makespan, 1e-3)
+    bad = [name in late for name in seed.name]
+    bx.barh(seed.engine.tolist(), seed.dur.tolist(), left=seed.start.tolist(), height=0.7,
+            color=[COLOURS.get(SEED_KINDS.get(t, ""), "#cccccc") for t in seed.op_type],
+            edgecolor=["red" if b else "white" for b in bad], linewidth=[2.0 if b else 0.5 for b in bad])
+    if seed.engines <= MAX_LABELLED_ROWS:
+        for i, name in enumerate(seed.name):
+            _label(bx, name, float(seed.start[i]), float(seed.dur[i]), int(seed.engine[i]), span)
+    marked = set()
+    for i, name in enumerate(seed.name):
+        if bad[i] and name not in marked:
+            marked.add(name)
+            v = next(v for v in violations if v.op == name)
+            start = float(seed.start[i])
+            bx.annotate(f"'{name}' starts at +{start:,.0f},\nbefore '{v.reads}' (which it reads) ends at +{v.end:,.0f}",
+                        xy=(start, int(seed.engine[i])), xytext=(start + span * 0.04, seed.engines - 0.6),
+                        fontsize=8, color="red", arrowprops={"arrowstyle": "->", "color": "red"})
+    bx.set_ylim(seed.engines - 0.2, -0.6)
+    _rows(bx, seed.engines)
+    bx.set_xlim(0, span * 1.01)
+    bx.set_xlabel("nominal µs (the seed's per-element constants)")
+    note = f"; {len(late)} dependency violation{'s' if len(late) > 1 else ''} (red)" if late else ""
+    bx.set_title(f"seed 004's simulated trace: makespan {seed.makespan:,.0f} nominal µs on {seed.engines} engines{note}",
+                 loc="left", fontsize=10)
+
+
+def _rows(ax, engines: int) -> None:
+    """One tick per engine row while they are legible."""
+    if engines <= MAX_LABELLED_ROWS:
+        ax.set_yticks(range(engines), [f"engine {e}" for e in range(engines)])
+    else:
+        ax.set_ylabel(f"{engines} engines")
 
 
 def _label(ax, text: str, start: float, width: float, row: int, span: float) -> None:

@@ -38,17 +38,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layerc.grammar.hf_config import ModelSpec
+from layerc.grammar.hf_config import MAX_SIZE, ModelSpec
 from layerc.ir.builder import GraphBuilder, module
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Module, Node, Value
-from layerc.ir.types import TensorType, TupleType
+from layerc.ir.types import TensorType, TupleType, element_bytes
 
 PHASES = ("decode", "prefill")
 ATTENTION = ("fused", "eager")
 #: ``--dtype`` values: the model's dtype, or fp8 weights (GEMMs at the fp8 peak; activations bf16).
 WEIGHT_DTYPES = ("model", "bfloat16", "float16", "float32", "fp8")
 FP8 = "torch.float8_e4m3fn"
+#: The most bytes one tensor of the layer may have: byte offsets are 64-bit, no device addresses more.
+MAX_TENSOR_BYTES = 2**63 - 1
 
 LINEAR = "aten.linear.default"
 RMS_NORM = "aten.rms_norm.default"
@@ -91,8 +93,8 @@ def build_layer(spec: ModelSpec, phase: str = "decode", seq_len: int = 256, batc
         raise LayercError(f"attention must be one of {', '.join(ATTENTION)}, not {attention!r}")
     if dtype not in WEIGHT_DTYPES:
         raise LayercError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)}, not {dtype!r}")
-    if seq_len < 1 or batch < 1:
-        raise LayercError(f"seq-len and batch must be at least 1 (got {seq_len} and {batch})")
+    if not (1 <= seq_len <= MAX_SIZE and 1 <= batch <= MAX_SIZE):
+        raise LayercError(f"seq-len and batch must be from 1 to {MAX_SIZE} (got {seq_len} and {batch})")
     layer = spec.default_layer() if layer is None else layer
     if not 0 <= layer < spec.num_layers:
         raise LayercError(f"layer {layer} does not exist: {spec.name} has layers 0..{spec.num_layers - 1}")
@@ -107,6 +109,7 @@ def build_layer(spec: ModelSpec, phase: str = "decode", seq_len: int = 256, batc
                        "mlp": "moe" if spec.is_moe_layer(layer) else "dense"})
     mod = module("decoder_layer", phase, [graph])
     mod.meta.update(graph.meta)
+    mod.source = spec.path  # errors of later passes name the config
     return mod
 
 
@@ -120,7 +123,26 @@ class _Builder:
 
     # -- helpers ------------------------------------------------------------------------------
     def t(self, *dims: int, dtype: str | None = None) -> TensorType:
-        return TensorType(tuple(int(d) for d in dims), dtype or self.act_dtype)
+        t = TensorType(tuple(int(d) for d in dims), dtype or self.act_dtype)
+        self.check_size(t)
+        return t
+
+    def check_size(self, t: TensorType) -> None:
+        """No tensor of the layer past 2**63 bytes (64-bit byte offsets: no device addresses more),
+        so that every count the cost pass makes from the shapes stays exact and bounded; the error
+        points at the config key that gives the largest dim (the step's sizes, when no key does)."""
+        size = t.numel * (element_bytes(t.dtype) or 1)
+        if size <= MAX_TENSOR_BYTES:
+            return
+        big = max(t.shape, default=0)
+        key = next((k for k, v in (self.s.config or {}).items() if v == big and isinstance(v, int) and not isinstance(v, bool)), None)
+        message = (f"the layer would have a {t.shape_text()} {t.dtype.removeprefix('torch.')} tensor (at seq-len "
+                   f"{self.shape.seq_len}, batch {self.shape.batch}): more than the 2**63 bytes a device addresses")
+        if key is not None:
+            raise self.s.error(f"{message}; '{key}' is {big}", key)
+        if self.s.path is not None:
+            raise self.s.error(message)
+        raise LayercError(message)
 
     def w(self, fqn: str, *dims: int, dtype: str | None = None) -> Value:
         weight = self.g.weight(fqn, self.t(*dims, dtype=dtype or self.w_dtype))

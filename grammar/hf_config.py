@@ -4,24 +4,28 @@ transformers applies them.
 
 Supported ``model_type``: llama, mistral, qwen2, qwen3 (per-head q/k RMSNorm), mixtral
 (softmax top-k router) and deepseek_v3 (MLA, sigmoid grouped top-k router, shared experts, the
-first ``first_k_dense_replace`` layers dense). A wrong or missing value is reported at its key.
+first ``first_k_dense_replace`` layers dense). A wrong or missing value is reported at its key:
+sizes are whole numbers from 1 (or 0) to :data:`MAX_SIZE`, other numbers finite.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from layerc.grammar.config_files import ConfigFile, read_json_config, read_toml_config
+from layerc.grammar.config_files import ConfigFile, finite_number, read_json_config, read_toml_config, shown
 from layerc.ir.diagnostics import LayercError
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "deepseek_v3")
 ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh", "relu")
 DTYPES = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32"}
+#: The largest size a config may give (hidden size, heads, experts, layers...): the kernels that
+#: run a layer take their sizes as 32-bit ints (cuBLAS's and CUTLASS's GEMM m, n, k).
+MAX_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -75,13 +79,26 @@ class ModelSpec:
     first_dense_layers: int = 0  #: MoE models: layers before this index use a dense MLP
     moe_layer_freq: int = 1
     config: dict | None = None  #: the config as read (for building the transformers layer)
+    source: "_Doc | None" = field(default=None, compare=False, repr=False)  #: where the values were read
+
+    def error(self, message: str, key: str | None = None) -> LayercError:
+        """An error about the config's values, at ``key`` in its file (at the file's top without one)."""
+        if self.source is None:
+            return LayercError(message, self.name)
+        return self.source.error(message, key)
+
+    @property
+    def path(self) -> str | None:
+        """The config file the spec was read from (None for a preset or a dict)."""
+        return self.source.file.path if self.source is not None and self.source.is_file else None
 
     def is_moe_layer(self, layer: int) -> bool:
         return self.moe is not None and layer >= self.first_dense_layers and (layer - self.first_dense_layers) % self.moe_layer_freq == 0
 
     def default_layer(self) -> int:
-        """The layer a simulation shows by default: the kind most layers are (DeepSeek-V3's MoE)."""
-        return self.first_dense_layers if self.moe is not None else 0
+        """The layer a simulation shows by default: the kind most layers are (DeepSeek-V3's MoE;
+        layer 0 when every layer is dense, ``first_k_dense_replace`` covering them all)."""
+        return self.first_dense_layers if self.moe is not None and self.first_dense_layers < self.num_layers else 0
 
 
 # -- presets -----------------------------------------------------------------------------------
@@ -107,7 +124,7 @@ def load_config(path: str | Path) -> ModelSpec:
     """A ``config.json`` file; a ``text_config`` (multimodal wrappers) is used when present."""
     f = read_json_config(path)
     doc = f.doc.get("text_config") if isinstance(f.doc.get("text_config"), dict) else f.doc
-    return spec_from_config(_Doc(f, doc), str(path))
+    return spec_from_config(_Doc(f, doc, is_file=True), str(path))
 
 
 def spec_from_dict(config: dict, name: str = "<config>") -> ModelSpec:
@@ -122,8 +139,8 @@ def spec_from_dict(config: dict, name: str = "<config>") -> ModelSpec:
 class _Doc:
     """Typed access to a config's keys; errors point at the key."""
 
-    def __init__(self, file: ConfigFile, doc: dict, table: str | None = None):
-        self.file, self.doc, self.table = file, doc, table
+    def __init__(self, file: ConfigFile, doc: dict, table: str | None = None, is_file: bool = False):
+        self.file, self.doc, self.table, self.is_file = file, doc, table, is_file
 
     def error(self, message: str, key: str | None = None) -> LayercError:
         return self.file.error(message, key, self.table)
@@ -131,23 +148,27 @@ class _Doc:
     def has(self, key: str) -> bool:
         return self.doc.get(key) is not None
 
-    def int(self, key: str, default: Any = ..., minimum: int = 1) -> Any:
+    def int(self, key: str, default: Any = ..., minimum: int = 1, maximum: int = MAX_SIZE) -> Any:
         value = self.doc.get(key)
         if value is None:
             if default is ...:
                 raise self.error(f"the config has no '{key}' (needed for the decoder layer)")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(f"'{key}' must be an integer >= {minimum}, not {value!r}", key)
+            raise self.error(f"'{key}' must be an integer >= {minimum}, not {shown(value)}", key)
+        if value > maximum:
+            raise self.error(f"'{key}' must be an integer <= {maximum} (kernels take sizes as 32-bit ints), "
+                             f"not {shown(value)}", key)
         return value
 
     def float(self, key: str, default: float) -> float:
         value = self.doc.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise self.error(f"'{key}' must be a positive number, not {value!r}", key)
-        return float(value)
+        x = finite_number(value)
+        if x is None or x <= 0:
+            raise self.error(f"'{key}' must be a positive number, not {shown(value)}", key)
+        return x
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.doc.get(key)
@@ -159,8 +180,8 @@ class _Doc:
 
     def choice(self, key: str, choices, default: str) -> str:
         value = self.doc.get(key, default)
-        if value not in choices:
-            raise self.error(f"'{key}' must be one of {', '.join(choices)}, not {value!r}", key)
+        if not isinstance(value, str) or value not in choices:
+            raise self.error(f"'{key}' must be one of {', '.join(choices)}, not {shown(value)}", key)
         return value
 
 
@@ -180,10 +201,10 @@ def spec_from_config(d: _Doc, name: str) -> ModelSpec:
             raise d.error(f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); give head_dim",
                           "hidden_size")
         head_dim = hidden // heads
-    dtype_name = d.doc.get("torch_dtype") or d.doc.get("dtype") or "bfloat16"
     dtype_key = "torch_dtype" if d.has("torch_dtype") else "dtype"
-    if dtype_name not in DTYPES:
-        raise d.error(f"'{dtype_key}' must be one of {', '.join(DTYPES)}, not {dtype_name!r}", dtype_key)
+    dtype_name = d.doc.get(dtype_key, "bfloat16") if d.has(dtype_key) else "bfloat16"
+    if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
+        raise d.error(f"'{dtype_key}' must be one of {', '.join(DTYPES)}, not {shown(dtype_name)}", dtype_key)
     mla = _mla(d) if model_type == "deepseek_v3" else None
     qk_dim = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else head_dim
     moe, first_dense, freq = _moe(d, model_type)
@@ -209,6 +230,7 @@ def spec_from_config(d: _Doc, name: str) -> ModelSpec:
         first_dense_layers=first_dense,
         moe_layer_freq=freq,
         config=dict(d.doc),
+        source=d,
     )
 
 
@@ -250,11 +272,17 @@ def _moe(d: _Doc, model_type: str) -> tuple[MoESpec | None, int, int]:
 
 def _yarn_mscale(d: _Doc) -> float:
     """DeepSeek's YaRN softmax-scale correction (``yarn_get_mscale(factor, mscale_all_dim)``)."""
-    rope = d.doc.get("rope_scaling") or d.doc.get("rope_parameters") or {}
+    key = "rope_scaling" if d.doc.get("rope_scaling") else "rope_parameters"
+    rope = d.doc.get(key) or {}
     if not isinstance(rope, dict):
-        raise d.error("'rope_scaling' must be an object", "rope_scaling")
+        raise d.error(f"'{key}' must be an object", key)
     kind = rope.get("rope_type", rope.get("type", "default"))
-    factor, all_dim = rope.get("factor", 1.0), rope.get("mscale_all_dim", 0)
-    if kind in ("default", None) or not all_dim or not isinstance(factor, (int, float)) or factor <= 1:
+    if kind in ("default", None) or not rope.get("mscale_all_dim"):
         return 1.0
-    return 0.1 * float(all_dim) * math.log(float(factor)) + 1.0
+    factor, all_dim = finite_number(rope.get("factor", 1.0)), finite_number(rope["mscale_all_dim"])
+    if factor is None or factor <= 0 or all_dim is None or not 0 < all_dim <= MAX_SIZE:
+        raise d.error(f"'{key}' needs a positive 'factor' and a positive 'mscale_all_dim' up to {MAX_SIZE}, not "
+                      f"{shown(rope.get('factor'))} and {shown(rope['mscale_all_dim'])}", key)
+    if factor <= 1:
+        return 1.0
+    return 0.1 * all_dim * math.log(factor) + 1.0

@@ -1,18 +1,22 @@
 """Reader of a simulated schedule written as Chrome-trace JSON complete events — the format of seed
 004's ``llama-3.2-1b_layer0_simulated.json``: ``ph: "X"`` events with ``ts``/``dur`` in nominal µs,
 ``tid`` the engine, ``args.op_type``. (``read_kineto`` keeps only profiler categories; these
-events have none.)
+events have none.) Times must be finite, within :data:`MAX_US` of zero, durations not negative.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from layerc.grammar import inputs
+from layerc.grammar.config_files import finite_number, parse_json
 from layerc.ir.diagnostics import LayercError, Location, ParseError, source_line_at
+
+#: The largest time a simulated trace may give, in its µs: the trace IR's bound of 2**62 ns.
+MAX_US = 2**62 / 1e3
 
 
 @dataclass
@@ -44,13 +48,8 @@ class SimulatedTrace:
 
 def read_simulated_trace(path: str | Path) -> SimulatedTrace:
     p = Path(path)
-    if not p.is_file():
-        raise LayercError(f"no such file: {p}", str(p))
-    text = p.read_text(encoding="utf-8", errors="replace")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(f"invalid JSON: {e.msg}", str(p), Location(e.lineno, e.colno), source_line_at(text, e.lineno)) from None
+    text = inputs.read_text(p)
+    doc = parse_json(text, p)
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise ParseError("not a Chrome trace: no 'traceEvents' array", str(p), Location(1, 1), source_line_at(text, 1))
@@ -58,15 +57,25 @@ def read_simulated_trace(path: str | Path) -> SimulatedTrace:
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        ts, dur = ev.get("ts"), ev.get("dur", 0)
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
-            raise LayercError(f"event {i} ('{ev.get('name')}') needs a numeric 'ts' and a non-negative 'dur'", str(p))
+        ts, dur = _time(ev.get("ts")), _time(ev.get("dur", 0))
+        if ts is None or dur is None or dur < 0:
+            name = str(ev.get("name"))
+            raise LayercError(f"event {i} ('{name if len(name) <= 40 else name[:37] + '...'}') needs a 'ts' and a "
+                              f"non-negative 'dur', numbers within +-{MAX_US:.3g} µs", str(p))
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        rows.append((str(ev.get("name", "")), str(args.get("op_type", "")), float(ts), float(dur), ev.get("tid", 0)))
+        rows.append((str(ev.get("name", "")), str(args.get("op_type", "")), ts, dur, ev.get("tid", 0)))
     if not rows:
         raise ParseError("the trace has no complete ('ph': 'X') events", str(p))
     names, types, ts, dur, tid = zip(*rows)
+    if max(ts) - min(ts) + max(dur) > MAX_US:
+        raise LayercError(f"the trace spans more than {MAX_US:.3g} µs", str(p))
     start = np.asarray(ts, np.float64)
     _, engine = np.unique(np.asarray([str(t) for t in tid]), return_inverse=True)
     return SimulatedTrace(str(p), list(names), list(types), start - start.min(), np.asarray(dur, np.float64),
                           engine.reshape(-1).astype(np.int32))
+
+
+def _time(value) -> float | None:
+    """A ``ts`` or ``dur`` as a float: a finite number within :data:`MAX_US` of zero, else None."""
+    x = finite_number(value)
+    return x if x is not None and abs(x) <= MAX_US else None

@@ -31,28 +31,45 @@ Attention ops that own a paged cache (AutoDeploy's ``*_attention_*_with_cache``,
 ``*_mla_with_cache``) take the key count from ``kv_len``. Results: ``meta['cost']`` (an OpCost)
 on each op, ``meta['cost']`` (totals) on the graph; ``ctx.analyses['hardware']``.
 A ``ctx.inputs['hardware']`` Hardware (a calibrated host, say) overrides ``hw``.
+
+Limits, so that no count overflows or turns to inf: a tensor of more than 2**63 bytes, an op of
+more than 2**63 FLOPs or bytes, an op or layer time past 2**62 ns is an error at the op (hardware
+files are held to finite rates of at least :data:`MIN_RATE` and fixed times up to
+:data:`MAX_LAUNCH_US`). A value whose shape is missing or symbolic is an error where a closed
+form needs it (``specialize-shapes``, below, gives symbols values first); a graph with no shapes
+at all (torch.fx's own print) is an error that says so.
 """
 
 from __future__ import annotations
 
+import ast
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import ClassVar
 
-from layerc.grammar.config_files import ConfigFile, read_toml_config
+from layerc.grammar.config_files import ConfigFile, finite_number, read_toml_config, shown
+from layerc.grammar.decoder_layer import MAX_TENSOR_BYTES
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.graph import OP, Module, Node, Value
+from layerc.ir.graph import OP, Module, Node, Value, Weight
 from layerc.ir.targets import op_name
-from layerc.ir.types import TensorType, TupleType, element_bytes
+from layerc.ir.types import OpaqueType, TensorType, TupleType, element_bytes
 from layerc.passes.base import Context, ModulePass
 
 MODES = ("roofline", "no-overlap")
 
 # -- hardware -----------------------------------------------------------------------------------
 Steps = tuple[tuple[float, float], ...]
+#: The longest fixed time per kernel or collective, in µs (a hardware file's or an option's): a
+#: second per launch.
+MAX_LAUNCH_US = 1e6
+#: The slowest peak (TFLOP/s), bandwidth (GB/s) and efficiency a hardware file may give: a GFLOP/s,
+#: a MB/s, 0.1% — slower is no accelerator, and would take the layer's times past what a schedule counts.
+MIN_RATE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,7 @@ class Hardware:
     matrix_efficiency: Steps = ((0.0, 1.0),)
     vector_efficiency: Steps = ((0.0, 1.0),)
     memory_efficiency: Steps = ((0.0, 1.0),)
+    source: str | None = field(default=None, compare=False)  #: the TOML file it was read from (None: a preset)
 
     def matrix_peak(self, dtype: str) -> float:
         """FLOP/s of the tensor cores for ``dtype`` (a torch name or ``float8``)."""
@@ -75,7 +93,7 @@ class Hardware:
         tflops = self.matrix_tflops.get(key)
         if tflops is None:
             have = ", ".join(sorted(self.matrix_tflops))
-            raise LayercError(f"{self.name} has no {key} matrix peak (it has: {have})")
+            raise LayercError(f"{self.name} has no {key} matrix peak (it has: {have})", self.source)
         return tflops * 1e12
 
     def with_launch_overhead(self, us: float) -> "Hardware":
@@ -119,18 +137,24 @@ def load_hardware(spec: str) -> Hardware:
     of the built-in file apply, and the file's own ``[defaults]`` if it has one)."""
     builtin = _builtin_file()
     if spec.lower() in builtin.doc and spec.lower() != "defaults":
-        return _hardware(builtin, spec.lower(), builtin.doc.get("defaults", {}))
+        return _hardware(builtin, spec.lower(), builtin.doc.get("defaults", {}), source=None)
     if not spec.endswith(".toml"):
         raise LayercError(f"unknown hardware '{spec}' (presets: {', '.join(hardware_presets())}; or a .toml file)")
     f = read_toml_config(spec)
     tables = [k for k, v in f.doc.items() if isinstance(v, dict) and k != "defaults"]
     if len(tables) != 1:
         raise f.error(f"a hardware file needs exactly one table such as [my_gpu], not {len(tables)}")
-    defaults = {**builtin.doc.get("defaults", {}), **f.doc.get("defaults", {})}
-    return _hardware(f, tables[0], defaults)
+    own = f.doc.get("defaults", {})
+    if not isinstance(own, dict):
+        raise f.error("'defaults' must be a table ([defaults])", "defaults")
+    unknown = sorted(set(own) - _HW_KEYS)
+    if unknown:
+        raise f.error(f"unknown key '{unknown[0]}' (keys: {', '.join(sorted(_HW_KEYS))})", unknown[0], "defaults")
+    defaults = {**builtin.doc.get("defaults", {}), **own}
+    return _hardware(f, tables[0], defaults, source=f.path)
 
 
-def _hardware(f: ConfigFile, key: str, defaults: dict) -> Hardware:
+def _hardware(f: ConfigFile, key: str, defaults: dict, source: str | None) -> Hardware:
     table = f.doc[key]
     doc = {**defaults, **table}
 
@@ -142,42 +166,56 @@ def _hardware(f: ConfigFile, key: str, defaults: dict) -> Hardware:
         k = sorted(unknown)[0]
         raise bad(f"unknown key '{k}' (keys: {', '.join(sorted(_HW_KEYS))})", k)
 
-    def positive(k: str, required: bool = True) -> float:
+    def rate(k: str, required: bool = True) -> float:
+        """A peak or a bandwidth: at least MIN_RATE (0 for an optional one: none)."""
         v = doc.get(k)
-        if v is None and not required:
-            return 0.0
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (required and v == 0):
-            raise bad(f"'{k}' must be a positive number, not {v!r}", k) if v is not None else f.error(
-                f"[{key}] has no '{k}'", None)
-        return float(v)
+        if v is None:
+            if not required:
+                return 0.0
+            raise f.error(f"[{key}] has no '{k}'", None)
+        x = finite_number(v)
+        if x is None or not (x >= MIN_RATE or (not required and x == 0)):
+            raise bad(f"'{k}' must be a positive number, at least {MIN_RATE:g}{'' if required else ' (or 0: none)'}, "
+                      f"not {shown(v)}", k)
+        return x
+
+    def duration(k: str) -> float:
+        v = doc.get(k, 0.0)
+        x = finite_number(v)
+        if x is None or not 0 <= x <= MAX_LAUNCH_US:
+            raise bad(f"'{k}' must be a number of µs from 0 to {MAX_LAUNCH_US:.0f}, not {shown(v)}", k)
+        return x
 
     peaks = doc.get("matrix_tflops")
     if not isinstance(peaks, dict) or not peaks or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in peaks.values()):
-        raise bad("'matrix_tflops' must be a table of positive peaks per dtype, e.g. { bfloat16 = 989.4 }", "matrix_tflops")
+            (finite_number(v) or 0) >= MIN_RATE for v in peaks.values()):
+        raise bad(f"'matrix_tflops' must be a table of finite peaks of at least {MIN_RATE:g} per dtype, "
+                  f"e.g. {{ bfloat16 = 989.4 }}", "matrix_tflops")
     return Hardware(
         key=key,
         name=str(doc.get("name", key)),
-        matrix_tflops={_precision(k): float(v) for k, v in peaks.items()},
-        vector_tflops=positive("vector_tflops"),
-        hbm_gbps=positive("hbm_gbps"),
-        interconnect_gbps=positive("interconnect_gbps", required=False),
-        launch_overhead_us=positive("launch_overhead_us", required=False),
-        collective_latency_us=positive("collective_latency_us", required=False),
+        matrix_tflops={_precision(k): finite_number(v) for k, v in peaks.items()},
+        vector_tflops=rate("vector_tflops"),
+        hbm_gbps=rate("hbm_gbps"),
+        interconnect_gbps=rate("interconnect_gbps", required=False),
+        launch_overhead_us=duration("launch_overhead_us"),
+        collective_latency_us=duration("collective_latency_us"),
         matrix_efficiency=_steps(doc, "matrix_efficiency", bad),
         vector_efficiency=_steps(doc, "vector_efficiency", bad),
         memory_efficiency=_steps(doc, "memory_efficiency", bad),
+        source=source,
     )
 
 
 def _steps(doc: dict, k: str, bad) -> Steps:
     v = doc.get(k, [[0, 1.0]])
-    ok = isinstance(v, list) and v and all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)
-        and p[0] >= 0 and 0 < p[1] <= 1 for p in v)
-    if not ok or [p[0] for p in v] != sorted(p[0] for p in v):
-        raise bad(f"'{k}' must be ascending [threshold, efficiency] pairs with 0 < efficiency <= 1", k)
-    return tuple((float(a), float(b)) for a, b in v)
+    pairs = [tuple(finite_number(x) for x in p) if isinstance(p, list) and len(p) == 2 else (None, None)
+             for p in v] if isinstance(v, list) else []
+    ok = pairs and all(a is not None and b is not None and a >= 0 and MIN_RATE <= b <= 1 for a, b in pairs)
+    if not ok or [a for a, _ in pairs] != sorted(a for a, _ in pairs):
+        raise bad(f"'{k}' must be ascending [threshold, efficiency] pairs of finite numbers with "
+                  f"{MIN_RATE:g} <= efficiency <= 1", k)
+    return tuple(pairs)
 
 
 # -- op kinds -----------------------------------------------------------------------------------
@@ -207,8 +245,15 @@ FLOPS_PER_ELEMENT = {"norm": 4, "rope": 3, "softmax": 5, "router": 8, "elementwi
 _COPIES = {"cat", "clone", "copy", "_to_copy", "to", "contiguous", "zeros", "zeros_like", "fill", "index_copy"}
 
 
+#: Result types of ops that compute a host-side number (a size, a symbolic int): no kernel runs.
+_HOST_SCALARS = frozenset({"SymInt", "SymFloat", "SymBool", "int", "float", "bool"})
+
+
 def op_kind(node: Node) -> str | None:
-    """The cost kind of an op by its target, None when no pattern knows it."""
+    """The cost kind of an op by its target (``alias`` too for an op whose result is a host-side
+    number such as ``sym_size``'s SymInt), None when no pattern knows it."""
+    if isinstance(node.type, OpaqueType) and node.type.pytype in _HOST_SCALARS:
+        return "alias"
     name = op_name(node.target or "")
     if name == "to" and node.inputs and _dtype(node.inputs[0]) == _dtype(node):
         return "alias"
@@ -245,6 +290,15 @@ class OpCost:
 
 
 # -- shapes ---------------------------------------------------------------------------------------
+#: The most bytes one tensor may have (as the decoder-layer builder holds it to), and the most FLOPs
+#: or bytes one op may count: 64-bit byte offsets and counters (a device addresses no more; the
+#: JSON and Perfetto outputs count in int64).
+MAX_COUNT = MAX_TENSOR_BYTES
+#: The longest op or layer time in ns: the schedule and the timeline count in int64 ns, and the
+#: trace IR bounds times at +-2**62 ns (146 years) likewise.
+MAX_NS = 2**62
+
+
 def _tensor(v) -> TensorType | None:
     t = getattr(v, "type", None)
     return t if isinstance(t, TensorType) and t.shape is not None and all(isinstance(d, int) for d in t.shape) else None
@@ -256,7 +310,8 @@ def _dtype(v) -> str | None:
 
 
 def nbytes(v) -> int:
-    """Bytes of a tensor value (0 for anything else); a multi-output value is its elements' sum."""
+    """Bytes of a tensor value (0 for anything else, and for sizes with symbols that have no
+    value); a multi-output value is its elements' sum."""
     t = getattr(v, "type", None)
     if isinstance(t, TupleType):
         return sum(_type_bytes(e) for e in t.elements)
@@ -274,23 +329,232 @@ def numel(v) -> int:
     return t.numel if t is not None else 0
 
 
-def shape(v) -> tuple[int, ...]:
+def shape(v, rank: int | tuple[int, ...] | None = None, min_rank: int = 0) -> tuple[int, ...]:
+    """The concrete shape of ``v``: a LayercError when it has none (no shape in the input, a
+    symbol with no value) or not the rank a closed form needs (``op_cost`` places it at the op)."""
     t = _tensor(v)
+    name = f"'%{v.name}'" if isinstance(v, Value) else "an operand"
     if t is None:
-        raise LayercError(f"'{getattr(v, 'name', v)}' has no concrete shape: the cost pass needs real shapes")
+        vt = getattr(v, "type", None)
+        if isinstance(vt, TensorType) and vt.shape is not None:
+            symbols = sorted({s for d in vt.shape if not isinstance(d, int) for s in d.symbols})
+            raise LayercError(f"{name} has size {vt.shape_text()}: the cost pass needs a value for "
+                              f"{', '.join(symbols) or 'its symbolic size'} (simulate: --sym NAME=N)")
+        raise LayercError(f"{name} has no shape in the input: the cost pass needs real shapes")
+    ranks = (rank,) if isinstance(rank, int) else rank
+    if (ranks is not None and len(t.shape) not in ranks) or len(t.shape) < min_rank:
+        want = " or ".join(map(str, ranks)) if ranks is not None else f"at least {min_rank}"
+        raise LayercError(f"{name} has shape {t.shape_text()}: the closed form needs rank {want}")
     return t.shape  # type: ignore[return-value]
 
 
 def _tensor_inputs(node: Node) -> list[Value]:
-    return [v for v in node.inputs if _tensor(v) is not None]
+    """The node's inputs typed as tensors, in order (with or without concrete shapes)."""
+    return [v for v in node.inputs if isinstance(v.type, TensorType)]
+
+
+def _operands(node: Node, count: int) -> list[Value]:
+    """The first ``count`` tensor inputs a closed form reads; a LayercError at the node when it has fewer."""
+    ins = _tensor_inputs(node)
+    if len(ins) < count:
+        raise LayercError(f"'%{node.name}' ({op_name(node.target or '?')}) has {len(ins)} tensor input"
+                          f"{'s' if len(ins) != 1 else ''} with a known type; its cost needs {count}", loc=node.loc)
+    return ins[:count]
 
 
 def _positional_tensors(node: Node) -> list:
     """Top-level positional arguments that are tensors or None, in order (``v`` may be None)."""
-    return [a for a in node.args if a is None or (isinstance(a, Value) and _tensor(a) is not None)]
+    return [a for a in node.args if a is None or (isinstance(a, Value) and isinstance(a.type, TensorType))]
+
+
+def _rows(v) -> int:
+    """The rows of ``v`` as a matrix: every dim but the last multiplied (tokens, for activations)."""
+    rows = 1
+    for d in shape(v, min_rank=1)[:-1]:
+        rows *= d
+    return rows
+
+
+def _check_sizes(node: Node) -> None:
+    """Every tensor the op reads or writes within :data:`MAX_COUNT` bytes (a dump's dims are
+    64-bit each, their products are not)."""
+    for v in (*node.inputs, node):
+        if nbytes(v) > MAX_COUNT:
+            t = v.type
+            text = t.shape_text() if isinstance(t, TensorType) else "a tuple"
+            raise LayercError(f"'%{v.name}' ({text}) has more than 2**63 bytes: no device addresses that much",
+                              loc=getattr(v, "loc", None) or node.loc)
+
+
+# -- symbolic sizes --------------------------------------------------------------------------------
+_SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Functions sympy prints in torch's symbolic sizes, with their integer meaning.
+_SIZE_FUNCTIONS = {
+    "Max": max, "Min": min, "max": max, "min": min, "Abs": abs,
+    "floor": math.floor, "ceiling": math.ceil, "FloorToInt": math.floor, "CeilToInt": math.ceil,
+    "FloorDiv": lambda a, b: a // b, "CeilDiv": lambda a, b: -(-a // b), "Mod": lambda a, b: a % b,
+    "PythonMod": lambda a, b: a % b,
+}
+#: Intermediate values of a size expression stay within this many bits (a size is at most 63).
+_SIZE_BITS = 256
+
+
+def parse_symbol_values(items) -> dict[str, int]:
+    """``NAME=N`` texts (a symbol and its whole value, 0 to 2**63-1) as a dict; ValueError otherwise."""
+    values: dict[str, int] = {}
+    for item in items:
+        name, eq, text = str(item).partition("=")
+        name = name.strip()
+        try:
+            n = int(text) if eq else -1
+        except ValueError:
+            n = -1
+        if not _SYMBOL_NAME.fullmatch(name) or not 0 <= n <= MAX_COUNT:
+            shown = item if len(item) <= 40 else item[:37] + "..."
+            raise ValueError(f"a symbol value is NAME=N with N a whole number from 0 to 2**63-1, not '{shown}'")
+        values[name] = n
+    return values
+
+
+class _NoValue(Exception):
+    """A size expression that has no integer value under the given symbols."""
+
+
+def evaluate_dim(expr: str, values) -> int | None:
+    """The size a symbolic dim's text has (as sympy prints it: ``s70*s72``, ``s72 + 1``, ``2*s77``,
+    ``Max(1, s0)``, ``(s0 + 63)//64``) under ``values``; None when a symbol has no value, the text is
+    no such expression, or the result is no size (negative, past 2**63-1, not whole)."""
+    if len(expr) > 1000:
+        return None
+    try:
+        tree = ast.parse(expr, mode="eval")
+        value = _evaluate(tree.body, values)
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError, MemoryError, OverflowError, _NoValue):
+        return None
+    if value.denominator != 1 or not 0 <= value <= MAX_COUNT:
+        return None
+    return int(value)
+
+
+def _evaluate(node: ast.AST, values) -> Fraction:
+    """One node of a size expression, exactly (divisions as fractions), within :data:`_SIZE_BITS`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        out = Fraction(node.value)
+    elif isinstance(node, ast.Name):
+        if node.id not in values:
+            raise _NoValue(node.id)
+        out = Fraction(values[node.id])
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        x = _evaluate(node.operand, values)
+        out = -x if isinstance(node.op, ast.USub) else x
+    elif isinstance(node, ast.BinOp):
+        out = _binary(node.op, _evaluate(node.left, values), _evaluate(node.right, values))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SIZE_FUNCTIONS and not node.keywords:
+        out = Fraction(_SIZE_FUNCTIONS[node.func.id](*(_evaluate(a, values) for a in node.args)))
+    else:
+        raise _NoValue(ast.dump(node)[:40])
+    if max(abs(out.numerator).bit_length(), out.denominator.bit_length()) > _SIZE_BITS:
+        raise _NoValue("too large")
+    return out
+
+
+def _binary(op: ast.operator, a: Fraction, b: Fraction) -> Fraction:
+    if isinstance(op, ast.Add):
+        return a + b
+    if isinstance(op, ast.Sub):
+        return a - b
+    if isinstance(op, ast.Mult):
+        return a * b
+    if isinstance(op, ast.Div):
+        return a / b
+    if isinstance(op, ast.FloorDiv):
+        return Fraction(a // b)
+    if isinstance(op, ast.Mod):
+        return a % b
+    if isinstance(op, ast.Pow) and b.denominator == 1 and 0 <= b <= _SIZE_BITS and abs(a.numerator).bit_length() * b <= _SIZE_BITS:
+        return a ** int(b)
+    raise _NoValue("operator")
+
+
+def token_dims(graph) -> tuple:
+    """The token dims of a layer graph, ``(batch, tokens per sequence)`` or ``(tokens,)``: the
+    leading dims of a ``[B, S, H]`` view of the stream the graph's weight GEMMs read — a layer
+    input (placeholder) or a GEMM activation of rank 3 whose last dim is such a GEMM's ``H`` — else
+    of the first weight GEMM's activation (flattened tokens); () when no GEMM reads a weight."""
+    acts = []
+    for n in graph.nodes:
+        if n.kind == OP and op_kind(n) == "gemm":
+            ins = _tensor_inputs(n)
+            act = [v for v in ins if not isinstance(v, Weight) and v.type.shape]
+            if act and any(isinstance(v, Weight) for v in ins):
+                acts.append(act[0])
+    if not acts:
+        return ()
+    hidden = {a.type.shape[-1] for a in acts}
+    for v in (*graph.placeholders, *acts):
+        t = v.type
+        if isinstance(t, TensorType) and t.shape is not None and len(t.shape) == 3 and t.shape[-1] in hidden:
+            return tuple(t.shape[:2])
+    return tuple(acts[0].type.shape[:-1])
+
+
+@dataclass(frozen=True)
+class SpecializeShapes(ModulePass):
+    """Symbolic sizes as integers, from values given for their symbols (``s72=8``), so that the
+    cost pass sees real shapes: every dim of every value's type whose expression has a value under
+    them. A dim with a symbol that has none stays symbolic and the pass names the symbol in a
+    warning; the cost pass stops at it where a closed form needs that size."""
+
+    name: ClassVar[str] = "specialize-shapes"
+
+    values: tuple[str, ...] = ()  #: ``NAME=N`` each
+
+    def __post_init__(self):
+        parse_symbol_values(self.values)  # a ValueError: the pipeline's option error
+
+    def apply(self, ctx: Context, module: Module) -> None:
+        values = parse_symbol_values(self.values)
+        seen: set[str] = set()
+        unbound: set[str] = set()
+        memo: dict[str, int | None] = {}
+
+        def dim(d):
+            if isinstance(d, int):
+                return d
+            seen.update(d.symbols)
+            if d.expr not in memo:
+                memo[d.expr] = evaluate_dim(d.expr, values)
+            if memo[d.expr] is None:
+                unbound.update(s for s in d.symbols if s not in values)
+                return d
+            return memo[d.expr]
+
+        def specialize(t):
+            if isinstance(t, TensorType) and t.shape is not None and not all(isinstance(d, int) for d in t.shape):
+                return TensorType(tuple(dim(d) for d in t.shape), t.dtype)
+            if isinstance(t, TupleType):
+                return TupleType(tuple(specialize(e) for e in t.elements), t.container)
+            return t
+
+        for graph in module.graphs:
+            for v in (*graph.weights.values(), *graph.nodes):
+                v.type = specialize(v.type)
+        if unbound:
+            names = ", ".join(sorted(unbound))
+            ctx.warn(f"specialize-shapes: no value for {names}: sizes with {'it' if len(unbound) == 1 else 'them'} stay "
+                     f"symbolic (count 0 bytes where an op only reads them; an error where an op's cost needs them); "
+                     f"give values as NAME=N (simulate: --sym)")
+        unused = sorted(set(values) - seen)
+        if unused:
+            ctx.warn(f"specialize-shapes: no size uses {', '.join(unused)}")
 
 
 # -- the pass -------------------------------------------------------------------------------------
+#: The largest tensor-parallel group: the devices of one scale-up domain that all-reduce every
+#: layer (today's largest are hundreds of GPUs).
+MAX_TP = 65536
+
+
 @dataclass(frozen=True)
 class CostModel(ModulePass):
     """Per-op FLOPs, bytes and roofline time with launch overhead on a hardware preset."""
@@ -306,8 +570,11 @@ class CostModel(ModulePass):
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
-        if self.tp < 1 or self.kv_len < 0:
-            raise ValueError("tp must be >= 1 and kv-len >= 0")
+        if not 1 <= self.tp <= MAX_TP or not 0 <= self.kv_len <= MAX_COUNT:
+            raise ValueError(f"tp must be from 1 to {MAX_TP} and kv-len from 0 to 2**63-1")
+        if not (math.isfinite(self.launch_overhead_us) and self.launch_overhead_us <= MAX_LAUNCH_US):
+            raise ValueError(f"launch-overhead-us must be a finite number up to {MAX_LAUNCH_US:g} "
+                             f"(< 0: the hardware's own), not {self.launch_overhead_us}")
 
     def hardware(self, ctx: Context) -> Hardware:
         hw = ctx.inputs.get("hardware") or load_hardware(self.hw)
@@ -316,8 +583,17 @@ class CostModel(ModulePass):
     def apply(self, ctx: Context, module: Module) -> None:
         hw = self.hardware(ctx)
         ctx.analyses["hardware"] = hw
+        try:
+            self._cost_graphs(ctx, module, hw)
+        except LayercError as e:  # about the input's sizes on this hardware: name the input, else the hardware's file
+            if e.path is None:
+                e.path = module.source or hw.source
+            raise
+
+    def _cost_graphs(self, ctx: Context, module: Module, hw: Hardware) -> None:
         unknown: set[str] = set()
         for graph in module.graphs:
+            _require_shapes(graph)
             totals = {"flops": 0, "bytes": 0, "time_ns": 0.0, "kernels": 0}
             for node in graph.nodes:
                 if node.kind != OP:
@@ -329,6 +605,7 @@ class CostModel(ModulePass):
                     totals["bytes"] += c.bytes
                     totals["time_ns"] += c.time_ns
                     totals["kernels"] += 1
+            _check_totals(graph, totals, hw)
             graph.meta["cost"] = totals
         if unknown:
             ctx.warn(f"cost: no closed form for {', '.join(sorted(unknown))}: charged as one pass over their "
@@ -345,9 +622,18 @@ class CostModel(ModulePass):
             kind = "elementwise"
         if kind == "alias":
             return OpCost("alias", 0, 0, 0.0)
-        flops, moved, dtype = _FORMULAS[kind](self, node)
+        _check_sizes(node)
+        try:
+            flops, moved, dtype = _FORMULAS[kind](self, node)
+        except LayercError as e:  # an operand's shape: say whose cost needs it, at the op
+            if e.loc is None:
+                e.loc = node.loc
+                if not e.message.startswith(f"'%{node.name}'"):
+                    e.message = f"the cost of '%{node.name}' ({op_name(node.target or '?')}): {e.message}"
+            raise
+        flops, moved = _count(node, "FLOPs", flops), _count(node, "bytes", moved)
         if kind == "collective":
-            return self._collective(node, hw, flops, moved)
+            return _within_time(node, hw, self._collective(node, hw, flops, moved))
         if kind in MATRIX_KINDS:
             peak = hw.matrix_peak(dtype) * efficiency(hw.matrix_efficiency, flops / 1e9)
         else:
@@ -357,7 +643,7 @@ class CostModel(ModulePass):
         overhead = hw.launch_overhead_us * 1e3
         busy = max(compute, memory) if self.mode == "roofline" else compute + memory
         bound = "compute" if compute > memory else "memory"
-        return OpCost(kind, int(flops), int(moved), busy + overhead, compute, memory, overhead, bound)
+        return _within_time(node, hw, OpCost(kind, flops, moved, busy + overhead, compute, memory, overhead, bound))
 
     def _collective(self, node: Node, hw: Hardware, flops: int, moved: int) -> OpCost:
         overhead = hw.launch_overhead_us * 1e3
@@ -373,10 +659,11 @@ class CostModel(ModulePass):
     # -- closed forms: (FLOPs, bytes, matrix dtype) ------------------------------------------
     def _gemm(self, node: Node):
         ins = _tensor_inputs(node)
-        k = shape(ins[0])[-1]
-        flops = 2 * numel(node) * k
+        k = shape(_operands(node, 1)[0], min_rank=1)[-1]
+        out = math.prod(shape(node)) if isinstance(node.type, TensorType) else _out_numel(node)
+        flops = 2 * out * k
         if op_name(node.target) in ("linear", "addmm") and len(ins) > 2:
-            flops += numel(node)  # bias
+            flops += out  # bias
         return flops, _io(node), _lowest(ins[:2])
 
     def _attention(self, node: Node):
@@ -386,9 +673,11 @@ class CostModel(ModulePass):
         if "with_cache" in name:
             return self._paged_attention(node)
         q, k, v = (_positional_tensors(node) + [None, None, None])[:3]
-        b, hq, sq, d = shape(q)
-        kv_len = shape(k)[-2]
-        dv = shape(node)[-1]
+        if q is None or k is None:
+            raise LayercError(f"'%{node.name}' ({name}): attention's cost needs its query and key tensors", loc=node.loc)
+        b, hq, sq, d = shape(q, rank=4)
+        kv_len = shape(k, min_rank=2)[-2]
+        dv = shape(node, min_rank=1)[-1]
         causal = next((a for a in node.args[3:] if isinstance(a, bool)), True)
         flops = 2 * b * hq * _pairs(sq, kv_len, causal) * (d + dv)
         moved = sum(nbytes(x) for x in (q, k, v) if x is not None) + nbytes(node)
@@ -396,11 +685,11 @@ class CostModel(ModulePass):
 
     def _paged_attention(self, node: Node):
         """``q, k, v`` new rows ``[B, S, H, d]`` (or ``[T, H, d]``), the cache among the other inputs."""
-        q, k, v = _tensor_inputs(node)[:3]
-        qs, ks = shape(q), shape(k)
+        q, k, v = _operands(node, 3)
+        qs, ks = shape(q, rank=(3, 4)), shape(k, min_rank=2)
         hq, d, hkv = qs[-2], qs[-1], ks[-2]
         b, s = (qs[0], qs[1]) if len(qs) == 4 else (1, qs[0])
-        dv = shape(node)[-1]
+        dv = shape(node, min_rank=1)[-1]
         kv_len = self._kv_len(node, s)
         e = element_bytes(_dtype(k) or "torch.bfloat16") or 2
         flops = 2 * b * hq * _pairs(s, kv_len, True) * (d + dv)
@@ -409,9 +698,9 @@ class CostModel(ModulePass):
 
     def _mla_with_cache(self, node: Node):
         """``q_nope [B,S,H,P], q_pe [B,S,H,R], ckv [B,S,C], kpe [B,S,1,R], kv_b weight [H(P+V), C]``."""
-        q_nope, q_pe, ckv, kpe, kv_b = _tensor_inputs(node)[:5]
-        b, s, h, p = shape(q_nope)
-        r, c, v = shape(q_pe)[-1], shape(ckv)[-1], shape(node)[-1]
+        q_nope, q_pe, ckv, kpe, kv_b = _operands(node, 5)
+        b, s, h, p = shape(q_nope, rank=4)
+        r, c, v = shape(q_pe, min_rank=1)[-1], shape(ckv, min_rank=1)[-1], shape(node, min_rank=1)[-1]
         kv_len = self._kv_len(node, s)
         e = element_bytes(_dtype(ckv) or "torch.bfloat16") or 2
         flops = 2 * b * s * h * p * c + 2 * b * h * _pairs(s, kv_len, True) * (2 * c + r) + 2 * b * s * h * c * v
@@ -425,24 +714,24 @@ class CostModel(ModulePass):
         return self.kv_len + new
 
     def _moe(self, node: Node):
-        x, ids, weights, w13, w2 = _tensor_inputs(node)[:5]
-        t, hidden = numel(x) // shape(x)[-1], shape(x)[-1]
-        k = shape(ids)[-1]
-        e, n1 = shape(w13)[0], shape(w13)[1]
-        inter = shape(w2)[-1]
+        x, ids, weights, w13, w2 = _operands(node, 5)
+        t, hidden = _rows(x), shape(x, min_rank=1)[-1]
+        k = shape(ids, min_rank=1)[-1]
+        e, n1 = shape(w13, min_rank=2)[:2]
+        inter = shape(w2, min_rank=1)[-1]
         flops = 2 * t * k * (n1 * hidden + hidden * inter)
         active = expected_active_experts(e, k, t)
-        per_expert = (nbytes(w13) + nbytes(w2)) / e
+        per_expert = (nbytes(w13) + nbytes(w2)) / e if e else 0.0
         act = element_bytes(_dtype(x) or "torch.bfloat16") or 2
         moved = (nbytes(x) + nbytes(ids) + nbytes(weights) + nbytes(node) + active * per_expert
                  + t * k * (2 * n1 + 2 * inter + hidden) * act)
-        return flops, int(moved), _lowest([x, w13])
+        return flops, _whole(node, moved), _lowest([x, w13])
 
     def _fused_mlp(self, node: Node):
         """``x [.., H], w_gate_up [2I, H], w_down [H, I]`` (a SwiGLU MLP in one op)."""
-        x, w13, w2 = _tensor_inputs(node)[:3]
-        m, hidden = numel(x) // shape(x)[-1], shape(x)[-1]
-        n1, inter = shape(w13)[0], shape(w2)[-1]
+        x, w13, w2 = _operands(node, 3)
+        m, hidden = _rows(x), shape(x, min_rank=1)[-1]
+        n1, inter = shape(w13, min_rank=1)[0], shape(w2, min_rank=1)[-1]
         act = element_bytes(_dtype(x) or "torch.bfloat16") or 2
         flops = 2 * m * n1 * hidden + 2 * m * inter * hidden + FLOPS_PER_ELEMENT["silu"] * m * inter
         return flops, _io(node) + m * (2 * n1 + 2 * inter) * act, _lowest([x, w13])
@@ -466,7 +755,7 @@ class CostModel(ModulePass):
     def _router(self, node: Node):
         """Top-k routing: a fixed FLOP count per router logit (score function, group and top-k
         selection), one pass over the logits, bias and results."""
-        logits = _tensor_inputs(node)[0]
+        logits = _operands(node, 1)[0]
         return FLOPS_PER_ELEMENT["router"] * numel(logits), _io(node), None
 
     def _kv_cache(self, node: Node):
@@ -491,6 +780,57 @@ class CostModel(ModulePass):
         if "norm" in op_name(node.target):
             flops += FLOPS_PER_ELEMENT["norm"] * numel(ins[0])
         return flops, _io(node), None
+
+
+# -- limits -----------------------------------------------------------------------------------------
+def _require_shapes(graph) -> None:
+    """A graph whose values carry no shapes at all (torch.fx's own print) cannot be costed: say so
+    once, at the graph, rather than at its first op."""
+    values = [*graph.weights.values(), *graph.nodes]
+    if values and not any(isinstance(v.type, TensorType) and v.type.shape is not None
+                          or isinstance(v.type, TupleType) for v in values):
+        raise LayercError(f"graph '{graph.name}' has no tensor shapes (a torch.fx print carries none), and the cost "
+                          f"pass needs them: give a dump that prints them (AutoDeploy's NNN_<stage>_<transform>.txt)",
+                          loc=graph.loc)
+
+
+def _whole(node: Node, x: float) -> int:
+    """A count computed in floats (the expected experts' bytes) as an int, within :data:`MAX_COUNT`."""
+    if not math.isfinite(x) or x > MAX_COUNT:
+        raise LayercError(f"'%{node.name}' ({op_name(node.target or '?')}) counts {magnitude(x)} bytes: more than 2**63",
+                          loc=node.loc)
+    return int(x)
+
+
+def _count(node: Node, what: str, n) -> int:
+    """An op's FLOPs or bytes, within :data:`MAX_COUNT` (64-bit counters)."""
+    n = _whole(node, n) if isinstance(n, float) else n
+    if n > MAX_COUNT:
+        raise LayercError(f"'%{node.name}' ({op_name(node.target or '?')}) would count {magnitude(n)} {what}: "
+                          f"more than the 2**63 a 64-bit counter holds", loc=node.loc)
+    return n
+
+
+def _within_time(node: Node, hw: Hardware, c: OpCost) -> OpCost:
+    if not (math.isfinite(c.time_ns) and c.time_ns < MAX_NS):
+        raise LayercError(f"'%{node.name}' ({op_name(node.target or '?')}) would take {magnitude(c.time_ns)} ns on "
+                          f"{hw.name}: beyond the 2**62 ns (146 years) a schedule counts in", loc=node.loc)
+    return c
+
+
+def _check_totals(graph, totals: dict, hw: Hardware) -> None:
+    """The layer's sums within the same limits as one op's (the schedule adds op times up)."""
+    if totals["flops"] > MAX_COUNT or totals["bytes"] > MAX_COUNT or not totals["time_ns"] < MAX_NS:
+        raise LayercError(f"graph '{graph.name}' counts {magnitude(totals['flops'])} FLOPs, {magnitude(totals['bytes'])} "
+                          f"bytes and {magnitude(totals['time_ns'])} ns on {hw.name}: beyond the 64-bit counts the "
+                          f"simulation works in", loc=graph.loc)
+
+
+def magnitude(x) -> str:
+    """A count for a message: ``1.2e+21``, or ``2**6645`` when it is too large for a float."""
+    if isinstance(x, int) and x.bit_length() > 1000:
+        return f"~2**{x.bit_length() - 1}"
+    return f"{x:.3g}"
 
 
 def _vector(kind: str):
@@ -518,15 +858,20 @@ def _lowest(values) -> str:
 
 
 def _pairs(sq: int, kv_len: int, causal: bool) -> int:
-    """Query-key pairs a flash kernel computes; causal queries sit at the last ``sq`` positions."""
+    """Query-key pairs a flash kernel computes; causal queries sit at the last ``sq`` positions
+    (with more queries than keys, the first ones see none)."""
     if not causal or sq == 1:
         return sq * kv_len
+    if sq > kv_len:
+        return kv_len * (kv_len + 1) // 2
     return sq * (kv_len - sq) + sq * (sq + 1) // 2
 
 
 def expected_active_experts(experts: int, top_k: int, tokens: int) -> float:
     """Distinct experts ``tokens`` reach with ``top_k`` each, on average under uniform routing."""
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    if experts <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - min(top_k, experts) / experts) ** tokens)
 
 
 _FORMULAS = {
@@ -544,5 +889,6 @@ _FORMULAS = {
     "collective": CostModel._collective_io,
 }
 
-__all__ = ["CostModel", "OpCost", "Hardware", "load_hardware", "hardware_presets", "efficiency", "op_kind",
-           "expected_active_experts", "nbytes", "MODES"]
+__all__ = ["CostModel", "SpecializeShapes", "evaluate_dim", "parse_symbol_values", "token_dims",
+           "MAX_COUNT", "MAX_NS", "MAX_TP", "MAX_LAUNCH_US", "MIN_RATE", "OpCost", "Hardware", "load_hardware",
+           "hardware_presets", "efficiency", "op_kind", "expected_active_experts", "nbytes", "MODES"]

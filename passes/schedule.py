@@ -8,7 +8,9 @@ of the graph (its bottom level: HLFET list scheduling), ties in program order.
 
 The critical path — the longest chain of dependent op times — bounds the makespan from below,
 whatever N; ``engines=auto`` sweeps N = 1, 2, ... and keeps the smallest N whose makespan reaches
-that bound. Results: ``meta['schedule']`` on each op (start, end, engine, critical),
+that bound. More engines than the graph has kernel ops can never all be busy: a larger N is
+clamped to that count (the pass notes it), so nothing is ever sized by N itself.
+Results: ``meta['schedule']`` on each op (start, end, engine, critical),
 ``meta['schedule']`` on the graph (a Schedule), ``meta['engine_sweep']`` for ``auto``.
 """
 
@@ -26,6 +28,25 @@ from layerc.passes.base import Context, ModulePass
 
 #: ``engines=auto`` never tries more engines than this (or than the graph has ops).
 MAX_AUTO_ENGINES = 64
+
+
+def parse_engines(text: str) -> int | None:
+    """``engines``' text: a whole number >= 1, or ``auto`` (None); ValueError otherwise."""
+    if text == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:  # not a number, or past Python's 4300-digit limit
+        n = 0
+    if n < 1:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(f"engines must be a whole number >= 1 or 'auto', not '{shown}'")
+    return n
+
+
+def usable_engines(engines: int, tasks: int) -> int:
+    """The engines a schedule of ``tasks`` engine tasks can keep busy: never more than the tasks."""
+    return max(1, min(engines, tasks))
 
 
 @dataclass
@@ -81,7 +102,8 @@ def longest_paths(duration: np.ndarray, preds: Sequence[Sequence[int]]) -> tuple
 
 def list_schedule(duration: Sequence[int], preds: Sequence[Sequence[int]], engines: int,
                   needs_engine: Sequence[bool] | None = None) -> Schedule:
-    """Schedule tasks ``0..n-1`` (topologically ordered, ``preds[i]`` all ``< i``) on ``engines``."""
+    """Schedule tasks ``0..n-1`` (topologically ordered, ``preds[i]`` all ``< i``) on ``engines``
+    (clamped to the tasks that need one: a larger N leaves engines idle and changes nothing)."""
     if engines < 1:
         raise LayercError(f"engines must be at least 1, not {engines}")
     dur = np.asarray(duration, np.int64)
@@ -89,6 +111,7 @@ def list_schedule(duration: Sequence[int], preds: Sequence[Sequence[int]], engin
     if (dur < 0).any():
         raise LayercError("op durations must not be negative")
     uses = np.ones(n, bool) if needs_engine is None else np.asarray(needs_engine, bool)
+    engines = usable_engines(engines, int(uses.sum()))
     for i, ps in enumerate(preds):
         if any(not 0 <= p < i for p in ps):
             raise LayercError(f"task {i} depends on a task that does not come before it")
@@ -192,20 +215,30 @@ class ListSchedule(ModulePass):
     engines: str = "1"
 
     def __post_init__(self):
-        if self.engines != "auto" and not (self.engines.isdigit() and int(self.engines) >= 1):
-            raise ValueError(f"engines must be a whole number >= 1 or 'auto', not '{self.engines}'")
+        parse_engines(self.engines)  # a ValueError: the pipeline's option error
 
     def apply(self, ctx: Context, module: Module) -> None:
+        asked = parse_engines(self.engines)
         for graph in module.graphs:
             ops, dur, preds, uses = graph_tasks(graph)
-            if self.engines == "auto":
+            if asked is None:
                 s = sweep_engines(dur, preds, uses)
             else:
-                s = list_schedule(dur, preds, int(self.engines), uses)
+                s = list_schedule(dur, preds, asked, uses)
+                if s.engines < asked:
+                    ctx.warn(f"schedule: {_count(asked)} engines asked for, but '{graph.name}' has {int(uses.sum())} kernel "
+                             f"op{'s' if uses.sum() != 1 else ''}: scheduled on {s.engines} (more could never be busy)")
             for i, n in enumerate(ops):
                 n.meta["schedule"] = {"start": int(s.start[i]), "end": int(s.end[i]), "engine": int(s.engine[i]),
                                       "critical": bool(s.critical[i])}
             graph.meta["schedule"] = s
 
 
-__all__ = ["ListSchedule", "Schedule", "list_schedule", "sweep_engines", "longest_paths", "graph_tasks"]
+def _count(n: int) -> str:
+    """A number for a message, shortened when it is long."""
+    text = str(n)
+    return text if len(text) <= 20 else f"{text[:6]}...({len(text)} digits)"
+
+
+__all__ = ["parse_engines", "usable_engines", "ListSchedule", "Schedule", "list_schedule", "sweep_engines", "longest_paths",
+           "graph_tasks"]

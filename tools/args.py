@@ -4,24 +4,56 @@ what the option takes."""
 from __future__ import annotations
 
 import argparse
+import math
 
 
-def _whole(minimum: int):
+def whole_number(minimum: int, maximum: int | None = None, why: str = ""):
+    """An argparse type: a whole number from ``minimum`` to ``maximum`` (no upper bound when
+    None); ``why`` says where the maximum comes from, in the usage message."""
+    span = f"of {minimum} or more" if maximum is None else f"from {minimum} to {maximum}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"takes a whole number of {minimum} or more, not {text!r}")
+        except ValueError:  # also past Python's 4300-digit limit
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"takes a whole number {span}{why}, not {_quote(text)}")
         return value
 
-    parse.__name__ = f"whole number >= {minimum}"
+    parse.__name__ = f"whole number {span}"
     return parse
 
 
-positive_int = _whole(1)
-natural_int = _whole(0)
+def number(minimum: float, maximum: float, why: str = ""):
+    """An argparse type: a finite number from ``minimum`` to ``maximum`` (never inf or nan)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (ValueError, OverflowError):
+            value = math.nan
+        if not (math.isfinite(value) and minimum <= value <= maximum):
+            raise argparse.ArgumentTypeError(f"takes a number from {_plain(minimum)} to {_plain(maximum)}{why}, "
+                                             f"not {_quote(text)}")
+        return value
+
+    parse.__name__ = f"number from {_plain(minimum)} to {_plain(maximum)}"
+    return parse
+
+
+def _plain(x: float) -> str:
+    """``1000000`` rather than ``1e+06``."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+def _quote(text: str) -> str:
+    """The value as the user gave it, cut short when it is long (a 4000-digit number)."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+positive_int = whole_number(1)
+natural_int = whole_number(0)
 
 
 def fraction(text: str) -> float:

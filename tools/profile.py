@@ -20,35 +20,60 @@ import statistics
 import sys
 import tempfile
 
-from layerc.tools.args import input_path, natural_int, output_path, positive_int
+from layerc.tools.args import input_path, output_path, whole_number
 
 #: device-name substrings → hardware presets (first match wins)
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("MI300X", "mi300x"))
+#: The most profiled (or warm-up) runs: torch.profiler holds every event of every run in memory,
+#: and medians settle long before this.
+MAX_RUNS = 1000
+
+
+def device(text: str) -> str:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N``."""
+    import re
+
+    if text == "cpu" or re.fullmatch(r"cuda(:[0-9]{1,4})?", text):
+        return text
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    raise argparse.ArgumentTypeError(f"takes cpu, cuda or cuda:N, not {shown!r}")
+
+
+device.__name__ = "device"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
+    from layerc.grammar.hf_config import MAX_SIZE
     from layerc.grammar.hf_config import MODEL_TYPES as ARCHES  # the ones a decoder layer is built for
+    from layerc.tools.simulate import _SIZES, hardware
 
+    cpus = os.cpu_count() or 1
     src = p.add_argument_group("the layer")
     src.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="model_type; alone: export-hf's tiny config of it")
     src.add_argument("--preset", metavar="NAME", help="a model preset (layerc simulate --list-presets)")
     src.add_argument("--config", type=input_path, metavar="FILE", help="a Hugging Face config.json")
-    src.add_argument("--layer", type=natural_int, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
+    src.add_argument("--layer", type=whole_number(0, MAX_SIZE - 1), metavar="N",
+                     help="which layer (default: 0; MoE models: the first MoE layer)")
     step = p.add_argument_group("the step")
     step.add_argument("--phase", choices=("prefill", "decode"), default="prefill",
                       help="prefill --n-tokens tokens (default), or decode one token over a cache of --n-tokens")
-    step.add_argument("--n-tokens", type=positive_int, default=512, metavar="N", help="prompt length or KV cache length (default 512)")
-    step.add_argument("--batch", type=positive_int, default=1, metavar="N", help="sequences (default 1)")
+    step.add_argument("--n-tokens", type=whole_number(1, MAX_SIZE, _SIZES), default=512, metavar="N",
+                      help="prompt length or KV cache length (default 512)")
+    step.add_argument("--batch", type=whole_number(1, MAX_SIZE, _SIZES), default=1, metavar="N", help="sequences (default 1)")
     step.add_argument("--attention", choices=("fused", "eager"), default="fused", help="fused (SDPA) or eager attention")
     run = p.add_argument_group("the run")
-    run.add_argument("--device", default="cpu", metavar="cpu|cuda[:N]", help="where to run (default cpu)")
+    run.add_argument("--device", type=device, default="cpu", metavar="cpu|cuda[:N]", help="where to run (default cpu)")
     run.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: float32 on CPU, bfloat16 on CUDA")
-    run.add_argument("--repeat", type=positive_int, default=5, metavar="N", help="profiled runs; per-op times are their median (default 5)")
-    run.add_argument("--warmup", type=natural_int, default=2, metavar="N", help="unprofiled runs first (default 2)")
-    run.add_argument("--threads", type=positive_int, metavar="N",
-                     help="CPU threads for torch (default: 1 on cpu: the profiler's per-op overhead with several "
-                          "threads swamps small ops; torch's default on cuda)")
-    run.add_argument("--hw", metavar="NAME|FILE|host", help="simulated hardware (default: host on CPU, the device's preset on CUDA)")
+    runs = " (the profiler keeps every run's events)"
+    run.add_argument("--repeat", type=whole_number(1, MAX_RUNS, runs), default=5, metavar="N",
+                     help=f"profiled runs, 1 to {MAX_RUNS}; per-op times are their median (default 5)")
+    run.add_argument("--warmup", type=whole_number(0, MAX_RUNS, runs), default=2, metavar="N",
+                     help=f"unprofiled runs first, 0 to {MAX_RUNS} (default 2)")
+    run.add_argument("--threads", type=whole_number(1, cpus, " (this machine's CPUs)"), metavar="N",
+                     help=f"CPU threads for torch, 1 to {cpus} (default: 1 on cpu: the profiler's per-op overhead with "
+                          "several threads swamps small ops; torch's default on cuda)")
+    run.add_argument("--hw", type=hardware, metavar="NAME|FILE|host",
+                     help="simulated hardware (default: host on CPU, the device's preset on CUDA)")
     run.add_argument("--no-check", action="store_true", help="skip checking the graph's output against transformers")
     out = p.add_argument_group("outputs")
     out.add_argument("-o", "--output", type=output_path, metavar="FILE", help="layer-annotated Perfetto trace (.pftrace, or .json)")
@@ -94,8 +119,11 @@ def run(args: argparse.Namespace) -> int:
             from layerc.ir.diagnostics import LayercError
 
             raise LayercError(f"--device {device}: this torch has no CUDA device")
-    elif device != "cpu":
-        args.usage_error(f"--device takes cpu or cuda[:N], not {device!r}")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            from layerc.ir.diagnostics import LayercError
+
+            raise LayercError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     threads = args.threads or (1 if device == "cpu" else None)
     if threads:
         torch.set_num_threads(threads)
@@ -177,9 +205,10 @@ def profile_layer(spec, args: argparse.Namespace, device: str, dtype: str) -> Re
     from layerc.passes.base import Context
     from layerc.passes.cost import CostModel, load_hardware
 
-    hardware = _hardware(args, device, dtype, load_hardware, calibrate_host)
     module = build_layer(spec, args.phase, args.n_tokens, args.batch, args.layer, args.attention, dtype)
     graph = module.graphs[0]
+    check_fits(graph, device, torch)
+    hardware = _hardware(args, device, dtype, load_hardware, calibrate_host)
     layer = graph.meta["layer"]
     ctx = Context(inputs={"hardware": hardware})
     CostModel().apply(ctx, module)
@@ -216,6 +245,35 @@ def profile_layer(spec, args: argparse.Namespace, device: str, dtype: str) -> Re
     trace = _read_back(prof, args, read_trace)
     measured, layer_ranges, op_ranges = _measure(trace, graph, layer, args.phase, device)
     return Result(spec, graph, ctx.analyses["hardware"], trace, measured, layer_ranges, op_ranges, check, device, dtype, args)
+
+
+def check_fits(graph, device: str, torch) -> None:
+    """Refuse a step whose tensors cannot fit the device before allocating any: the graph's
+    weights, inputs and results (each op's, once) against the memory there is (physical memory
+    and the address-space limit on cpu; the GPU's memory on cuda)."""
+    from layerc.ir.diagnostics import LayercError
+    from layerc.passes.cost import nbytes
+
+    need = sum(nbytes(v) for v in (*graph.weights.values(), *graph.nodes))
+    have = _device_memory(device, torch)
+    if have and need > have:
+        raise LayercError(f"the layer's tensors at --n-tokens {graph.meta['seq_len']}, --batch {graph.meta['batch']} take "
+                          f"{need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of {device}: give smaller sizes")
+
+
+def _device_memory(device: str, torch) -> int:
+    """Bytes the run may use on ``device`` (0: unknown)."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    import resource
+
+    limits = [resource.getrlimit(resource.RLIMIT_AS)[0]]
+    try:
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    known = [x for x in limits if x > 0]  # RLIM_INFINITY is -1
+    return min(known) if known else 0
 
 
 def _hardware(args, device: str, dtype: str, load_hardware, calibrate_host):

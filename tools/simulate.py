@@ -5,6 +5,19 @@ The layer comes from a Hugging Face config (``--config config.json``), a preset 
 llama-3.2-1b``), or a dump (``--dump DIR --layer N``: the layer sliced from a real graph). The
 pipeline is ``cost{hw=...},schedule{engines=...}``; ``--engines auto`` sweeps N.
 ``--compare-seed TRACE`` puts the seed's simulated trace of the same layer beside ours.
+
+A dump is any graph layerc writes with shapes: ``gen-dump`` (plain, ``--symbolic``,
+``--piecewise``), ``export-hf``'s dump, what ``layerc opt`` prints (``--emit ad``). Symbolic
+sizes (``s72``, ``s70*s72``) get values before the cost pass (``specialize-shapes``): ``--sym
+NAME=N`` for any symbol; the token dims (the leading dims of the activation the first weight
+GEMM reads) default to a decode step — the batch dim ``--batch`` (default 1), the tokens per
+sequence 1. A size the cost needs whose symbol has no value is an error that names the symbol.
+A graph with no shapes at all (torch.fx's own print, ``export-hf``'s ``fx_graph.txt``) is an
+error that says so.
+
+Every number is checked where it enters: options at parse time (finite, in range: sizes up to
+2**31-1, as kernels take them), config and hardware values at their keys, and the cost pass's
+counts against 64-bit limits (2**63 bytes or FLOPs per op, 2**62 ns).
 """
 
 from __future__ import annotations
@@ -12,30 +25,85 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layerc.tools.args import input_path, natural_int, output_path, positive_int
+from layerc.tools.args import InputPath, input_path, number, output_path, whole_number
+
+#: Why sizes stop at 2**31-1 (grammar.hf_config.MAX_SIZE), in usage messages.
+_SIZES = " (kernels take sizes as 32-bit ints)"
+
+
+def engines(text: str) -> str:
+    """``--engines``: a whole number >= 1 or ``auto`` (a number past the layer's kernel ops is
+    clamped to them by the schedule, with a note: they could never all be busy)."""
+    from layerc.passes.schedule import parse_engines
+
+    try:
+        n = parse_engines(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a whole number of 1 or more or 'auto', not {_short(text)}") from None
+    return "auto" if n is None else str(n)
+
+
+def hardware(text: str) -> str:
+    """``--hw``: a preset name, or a TOML file (an input: no output may overwrite it)."""
+    return InputPath(text) if text.endswith(".toml") else text
+
+
+def symbol_value(text: str) -> str:
+    """``--sym NAME=N``: a value for a symbolic size of a dump."""
+    from layerc.passes.cost import parse_symbol_values
+
+    try:
+        (name, value), = parse_symbol_values([text]).items()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes NAME=N (a symbol of the dump's sizes and a whole number), "
+                                         f"not {_short(text)}") from None
+    return f"{name}={value}"
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+engines.__name__, hardware.__name__, symbol_value.__name__ = "engines", "hardware", "symbol value"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
+    from layerc.grammar.hf_config import MAX_SIZE
+    from layerc.passes.cost import MAX_LAUNCH_US, MAX_TP
+
     src = p.add_argument_group("the layer (one of)")
     src.add_argument("--config", type=input_path, metavar="FILE", help="a Hugging Face config.json")
     src.add_argument("--preset", metavar="NAME", help="a model preset (--list-presets)")
-    src.add_argument("--dump", type=input_path, metavar="PATH", help="a graph dump (file or AD_DUMP_GRAPHS_DIR): simulate one of its layers")
+    src.add_argument("--dump", type=input_path, metavar="PATH",
+                     help="a graph dump (file or AD_DUMP_GRAPHS_DIR, with shapes): simulate one of its layers")
     shape = p.add_argument_group("the step")
     shape.add_argument("--phase", choices=("decode", "prefill"),
                        help="decode (default): one new token over a KV cache of --seq-len; prefill: --seq-len new tokens")
-    shape.add_argument("--seq-len", type=positive_int, default=256, metavar="N", help="KV cache length (decode) or prompt length (prefill); default 256")
-    shape.add_argument("--batch", type=positive_int, metavar="N", help="sequences per step (default 1)")
-    shape.add_argument("--layer", type=natural_int, metavar="N", help="which layer (default: 0; MoE models: the first MoE layer)")
+    shape.add_argument("--seq-len", type=whole_number(1, MAX_SIZE, _SIZES), default=256, metavar="N",
+                       help="KV cache length (decode; with --dump, of its paged attention) or prompt length (prefill); "
+                            "default 256")
+    shape.add_argument("--batch", type=whole_number(1, MAX_SIZE, _SIZES), metavar="N",
+                       help="sequences per step (default 1; with --dump, the value of a symbolic batch dim)")
+    shape.add_argument("--layer", type=whole_number(0, MAX_SIZE - 1), metavar="N",
+                       help="which layer (default: 0; MoE models: the first MoE layer)")
+    shape.add_argument("--sym", type=symbol_value, action="append", default=[], metavar="NAME=N",
+                       help="with --dump: the value of a symbolic size (repeatable). Without it, a dump's symbolic "
+                            "token dims are a decode step: the batch dim --batch (default 1), the tokens per sequence 1; "
+                            "any other symbol an op's cost needs must be given")
     shape.add_argument("--attention", choices=("fused", "eager"),
                        help="fused (default): one flash-attention op; eager: scores, softmax, values as transformers' eager path")
     shape.add_argument("--dtype", choices=("model", "bfloat16", "float16", "float32", "fp8"),
                        help="weights and activations dtype (default: the config's; fp8: fp8 weights and GEMMs, bf16 activations)")
     hw = p.add_argument_group("the machine")
-    hw.add_argument("--hw", default="h100", metavar="NAME|FILE", help="hardware preset (a100 h100 h200 b200 mi300x) or a TOML file (default h100)")
-    hw.add_argument("--engines", default="1", metavar="N|auto", help="engines to schedule on, or auto (default 1)")
-    hw.add_argument("--launch-overhead", type=float, metavar="US", help="per-kernel overhead in µs (default: the preset's)")
+    hw.add_argument("--hw", type=hardware, default="h100", metavar="NAME|FILE",
+                    help="hardware preset (a100 h100 h200 b200 mi300x) or a TOML file (default h100)")
+    hw.add_argument("--engines", type=engines, default="1", metavar="N|auto",
+                    help="engines to schedule on, or auto (default 1); more than the layer's kernel ops are clamped to them")
+    hw.add_argument("--launch-overhead", type=number(0, MAX_LAUNCH_US), metavar="US",
+                    help=f"per-kernel overhead in µs, 0 to {MAX_LAUNCH_US:,.0f} (default: the preset's)")
     hw.add_argument("--mode", choices=("roofline", "no-overlap"), default="roofline", help="max of compute and memory time, or their sum")
-    hw.add_argument("--tp", type=positive_int, default=1, metavar="N", help="tensor-parallel size, for collectives in dumps (default 1)")
+    hw.add_argument("--tp", type=whole_number(1, MAX_TP, " (devices in one tensor-parallel group)"), default=1, metavar="N",
+                    help="tensor-parallel size, for collectives in dumps (default 1)")
     out = p.add_argument_group("outputs")
     out.add_argument("-o", "--output", type=output_path, metavar="FILE", help="Perfetto timeline: .pftrace (protobuf) or .json (Chrome)")
     out.add_argument("--json", type=output_path, metavar="FILE", help="per-op costs and the schedule as JSON")
@@ -56,13 +124,15 @@ def load_module(args: argparse.Namespace):
     if len(given) != 1:
         args.usage_error("give exactly one of --config, --preset, --dump")
     if args.preset and args.preset.lower() not in preset_names():
-        args.usage_error(f"unknown preset '{args.preset}' (presets: {', '.join(preset_names())})")
+        args.usage_error(f"unknown preset '{_short(args.preset)}' (presets: {', '.join(preset_names())})")
     step = {"phase": "decode", "batch": 1, "attention": "fused", "dtype": "model"}
     if args.dump:
-        given = [f"--{k}" for k in step if getattr(args, k) is not None]
+        given = [f"--{k}" for k in step if k != "batch" and getattr(args, k) is not None]
         if given:
             args.usage_error(f"{', '.join(given)} describe a layer built from a config; a dump's shapes say them")
         return _dump_layer(args)
+    if args.sym:
+        args.usage_error("--sym gives values to a dump's symbolic sizes; a config's layer has none")
     for k, v in step.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -72,6 +142,7 @@ def load_module(args: argparse.Namespace):
 
 def _dump_layer(args: argparse.Namespace):
     from layerc.grammar.dumps import load
+    from layerc.ir.diagnostics import LayercError
     from layerc.passes.base import Context
     from layerc.passes.select_graph import SelectGraph
     from layerc.passes.slicing import SliceLayer
@@ -79,22 +150,50 @@ def _dump_layer(args: argparse.Namespace):
 
     module = load(args.dump)
     layer = args.layer if args.layer is not None else 0
-    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=layer)):
-        p.apply(Context(), module)
+    try:
+        for p in (SelectGraph(), TagWeights(), SliceLayer(layer=layer)):
+            p.apply(Context(), module)
+    except LayercError as e:  # about this dump: say which
+        e.path = e.path or module.source
+        raise
     module.meta.update(model=str(args.dump), phase="dump", layer=layer, seq_len=args.seq_len)
+    module.meta["symbols"] = " ".join(dump_symbols(args, module.graphs[0]))
     module.graphs[0].meta.update(module.meta)
     return module
 
 
+def dump_symbols(args: argparse.Namespace, graph) -> list[str]:
+    """``NAME=N`` for the dump's symbolic sizes: ``--sym`` values, then the token dims' defaults —
+    a decode step, the batch dim ``--batch`` (default 1) and the tokens per sequence 1 (a flattened
+    token dim: their product). A usage error for ``--batch`` when the dump's shapes say the batch."""
+    from layerc.ir.types import SymDim
+    from layerc.passes.cost import token_dims
+
+    given = dict(item.split("=", 1) for item in args.sym)
+    dims = token_dims(graph)
+    batch = args.batch or 1
+    roles = list(zip(dims[:2], (batch, 1))) if len(dims) >= 2 else [(d, batch) for d in dims]
+    if args.batch is not None and not (roles and isinstance(roles[0][0], SymDim)):
+        args.usage_error("--batch gives a value to a dump's symbolic batch dim; this dump's shapes say the batch")
+    values = dict(given)
+    for dim, value in roles:
+        if isinstance(dim, SymDim) and dim.symbols == (dim.expr.strip(),) and dim.expr.strip() not in values:
+            values[dim.expr.strip()] = str(value)
+    return [f"{k}={v}" for k, v in values.items()]
+
+
 def check_engines(args: argparse.Namespace) -> None:
-    if args.engines != "auto" and not (args.engines.isdigit() and int(args.engines) >= 1):
-        args.usage_error(f"--engines takes a whole number of 1 or more or 'auto', not {args.engines!r}")
+    """``--engines``' value, checked again for callers that build the namespace themselves."""
+    try:
+        args.engines = engines(str(args.engines))
+    except argparse.ArgumentTypeError as e:
+        args.usage_error(f"argument --engines: {e}")
 
 
 def run(args: argparse.Namespace) -> int:
     from layerc.backends.registry import EMITTERS
     from layerc.passes.base import Context
-    from layerc.passes.cost import CostModel, load_hardware
+    from layerc.passes.cost import CostModel, SpecializeShapes, load_hardware
     from layerc.passes.pipeline import PassManager, PassTiming, timing_report
     from layerc.passes.schedule import ListSchedule
     import time
@@ -113,8 +212,10 @@ def run(args: argparse.Namespace) -> int:
     phases = [PassTiming("Build layer", time.perf_counter() - start)]
     cost = CostModel(hw=args.hw, launch_overhead_us=-1.0 if args.launch_overhead is None else args.launch_overhead,
                      kv_len=args.seq_len if args.dump else 0, tp=args.tp, mode=args.mode)
-    pm = PassManager([cost, ListSchedule(engines=args.engines)], print_ir_after_all=args.print_ir_after_all,
-                     print_ir=EMITTERS["ad"], ir_stream=sys.stderr)
+    passes = [cost, ListSchedule(engines=args.engines)]
+    if args.dump:
+        passes.insert(0, SpecializeShapes(tuple(module.meta["symbols"].split())))
+    pm = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=EMITTERS["ad"], ir_stream=sys.stderr)
     ctx = Context()
     pm.run(ctx, module)
     phases.extend(pm.timings)
@@ -228,7 +329,8 @@ def show(graph, hardware, comparison=None) -> None:
     con = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)  # a file or pipe gets whole cells
     meta, s, totals = graph.meta, graph.meta["schedule"], graph.meta["cost"]
     if meta.get("phase") == "dump":
-        step = f"as dumped (KV length {meta.get('seq_len')} for paged attention)"
+        symbols = f"; symbols {', '.join(meta['symbols'].split())}" if meta.get("symbols") else ""
+        step = f"as dumped (KV length {meta.get('seq_len')} for paged attention{symbols})"
     else:
         step = (f"{meta.get('phase')} (seq {meta.get('seq_len')}, batch {meta.get('batch')}, attention {meta.get('attention')}, "
                 f"{str(meta.get('weight_dtype')).removeprefix('torch.')})")
@@ -251,7 +353,8 @@ def show(graph, hardware, comparison=None) -> None:
             sweep.add_column(col, justify="right")
         serial = s.sweep[0][1]
         for n, m, u in s.sweep:
-            sweep.add_row(str(n), f"{m / 1e3:,.2f}", f"{serial / m:.2f}x", f"{100 * u:.1f}%", "yes" if m == s.critical_path else "")
+            sweep.add_row(str(n), f"{m / 1e3:,.2f}", f"{serial / m:.2f}x" if m else "-", f"{100 * u:.1f}%",
+                          "yes" if m == s.critical_path else "")
         con.print(sweep)
         con.print(f"smallest N reaching the critical-path bound: [bold]{s.engines}[/]")
     if comparison is not None:
