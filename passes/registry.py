@@ -23,6 +23,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "slice-layers": "layerc.passes.slicing:SliceLayers",
     "slice-layer": "layerc.passes.slicing:SliceLayer",
     "infer-groups": "layerc.passes.groups:InferGroups",
+    "specialize-shapes": "layerc.passes.cost:SpecializeShapes",
     "cost": "layerc.passes.cost:CostModel",
     "schedule": "layerc.passes.schedule:ListSchedule",
     "bind-kernels": "layerc.passes.bind_kernels:BindKernels",
