@@ -141,7 +141,7 @@ def byte_stream(path: str | os.PathLike, size: int = 1 << 16) -> Iterator[bytes]
             total += len(block)
             if limit and total > limit:
                 raise LayercError(
-                    f"{kind} data inflates past {_human(limit)} (the file is {_human(os.fstat(f.fileno()).st_size)}): "
+                    f"{kind} data inflates past {human_size(limit)} (the file is {human_size(os.fstat(f.fileno()).st_size)}): "
                     "a decompression bomb, or a larger input than expected; raise the limit with --max-decompressed SIZE",
                     str(path))
             yield block
@@ -250,7 +250,7 @@ def sqlite_connect(path: str | os.PathLike):
         raise LayercError(f"cannot open {p} as an SQLite database: {e}", str(p)) from None
 
 
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

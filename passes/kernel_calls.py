@@ -16,6 +16,9 @@ from importlib import resources
 from layerc.ir.diagnostics import LayercError
 
 _FAMILY_KEYS = {"name", "match", "short", "node", "skip", "aten"}
+#: Longer qualified names are no kernel calls: real ones are under 100 characters, and a table
+#: pattern such as ``\w*ep\w*`` costs time quadratic in the name it is matched against.
+MAX_QUALNAME = 1000
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class KernelCalls:
 
     def classify(self, qual: str) -> KernelKind | None:
         """The kernel a call of ``qual`` is, or None when it is no kernel call."""
+        if len(qual) > MAX_QUALNAME:
+            return None
         for fam in self.families:
             if not fam.match.fullmatch(qual):
                 continue

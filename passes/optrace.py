@@ -10,6 +10,11 @@ modules the model built (``LayerCommunicator.prepare_attn`` calling the layer's
 call below it (the kernel-trace side) until calls the kernel table names. A call under
 ``if x == Enum.MHA`` is annotated ``MHA path``; a module attribute assigned differently under
 different conditions (``DeepseekV2MoE`` vs ``DeepseekV2MLP``) becomes one branch per class.
+
+The tree is bounded whatever the source: containers nest ``MAX_EXPAND_DEPTH`` deep, the kernel
+search follows calls ``MAX_KERNEL_DEPTH`` deep, and the whole tree examines at most
+``MAX_TREE_CALLS`` call sites (a call graph whose functions share callees has exponentially
+many paths); each bound that cuts says so once, as a warning at the place it cut.
 """
 
 from __future__ import annotations
@@ -26,18 +31,27 @@ from layerc.passes.pyresolve import (ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Res
 
 MAX_EXPAND_DEPTH = 24  #: nested containers
 MAX_TOUCH_DEPTH = 3  #: calls followed to see whether library code calls the model's modules
+#: Calls followed down from an op to the kernels it reaches (sglang's deepest chain: 15).
+MAX_KERNEL_DEPTH = 32
+#: Call sites the tree examines in all: the tree of a call graph with shared callees grows as
+#: the number of paths through it (exponential in its depth); real models examine under 2,000.
+MAX_TREE_CALLS = 20_000
+#: Conditions longer than this are shown as written, not read as enum dispatches.
+MAX_ENUM_TEST = 400
 _ENUM_TEST = re.compile(r"^[\w.\[\]()]+\s*(?:==|is)\s*(?:[\w]+\.)+([A-Z][A-Z0-9_]*)$")
-_ENUM_IN = re.compile(r"^[\w.\[\]()]+\s+in\s+[(\[{]((?:\s*(?:\w+\.)+[A-Z][A-Z0-9_]*\s*,?)+)[)\]}]$")
+# one way only to split the members (commas between them): no backtracking over the splits
+_ENUM_MEMBER = r"(?:\w+\.)+[A-Z][A-Z0-9_]*"
+_ENUM_IN = re.compile(rf"^[\w.\[\]()]+\s+in\s+[(\[{{]\s*({_ENUM_MEMBER}(?:\s*,\s*{_ENUM_MEMBER})*)\s*,?\s*[)\]}}]$")
 
 
 def annotation(cond: str, limit: int = 60) -> str:
     """How a branch condition is shown: ``MHA path`` for an enum dispatch, else ``if cond``."""
     if not cond:
         return ""
-    m = _ENUM_TEST.match(cond)
+    m = _ENUM_TEST.match(cond) if len(cond) <= MAX_ENUM_TEST else None
     if m:
         return f"{m.group(1)} path"
-    m = _ENUM_IN.match(cond)
+    m = _ENUM_IN.match(cond) if len(cond) <= MAX_ENUM_TEST else None
     if m:
         return " / ".join(x.strip().split(".")[-1] for x in m.group(1).split(",") if x.strip()) + " path"
     text = cond if len(cond) <= limit else cond[: limit - 1] + "…"
@@ -153,6 +167,7 @@ class OpTracer:
         self._busy: set[tuple] = set()
         self._touches: dict[tuple, bool] = {}
         self.visited: set[tuple] = set()  #: functions whose bodies the kernel search read
+        self.examined = 0  #: call sites the tree has examined (see ``MAX_TREE_CALLS``)
         self.expanded: set[tuple] = set()  #: functions expanded as containers
 
     # -- classification
@@ -241,6 +256,11 @@ class OpTracer:
             return self._kernels[key]
         if key in self._busy:
             return []  # a cycle: what the function reaches is being collected further up
+        if len(self._busy) >= MAX_KERNEL_DEPTH:
+            site = fn.fn.site
+            self.r.warn_once("kernel-depth", f"{site.path}:{site.line}:{site.col}: calls nest deeper than "
+                             f"{MAX_KERNEL_DEPTH} below an op; kernels further down are not searched")
+            return []
         self._busy.add(key)
         self.visited.add(fn.fn.key)
         hits: dict[str, _Hit] = {}
@@ -324,11 +344,18 @@ class OpTracer:
 
     def expand(self, node: OpNode, fn: Fn, call: ast.Call | None, caller: Frame | None, stack: list[tuple]) -> None:
         """Fill ``node`` with the ops ``fn``'s body calls and the kernels it calls itself."""
+        calls = self.calls(fn)
+        if self.examined + len(calls) > MAX_TREE_CALLS:
+            site = fn.fn.site
+            self.r.warn_once("tree-calls", f"{site.path}:{site.line}:{site.col}: the op tree reached {MAX_TREE_CALLS} "
+                             f"call sites; {fn.fn.qualname} and other calls from here on are not expanded")
+            return
+        self.examined += len(calls)
         self.expanded.add(fn.fn.key)
         frame = self.frame(fn, call, caller)
         op_site = node.site if node.kind == OP else None
         direct: list[KernelSite] = []
-        for cs in self.calls(fn):
+        for cs in calls:
             sub, cond = cs.call, cs.cond
             site = self.r.site(fn.fn.module, sub)
             c = self.resolve_call(sub, frame)

@@ -60,6 +60,11 @@ class OpTraceModule:
     validation: CrossValidation | None = None
     dynamic: object | None = None  #: ``optrace_dynamic.Agreement`` after ``profile-ops``
 
+    @property
+    def source(self) -> str:
+        """What was read: an error that names no file is about it."""
+        return self.sources.label
+
     def verify(self) -> None:
         if self.tree is not None:
             self.tree.verify()
@@ -112,7 +117,7 @@ def find_entry(resolver: Resolver, entry: str) -> ClassInfo:
     if module_name:
         candidates = [module_name]
         if resolver.module(module_name) is None:
-            raise LayercError(f"no module {module_name!r} in {sources.label}")
+            raise LayercError(f"no module {module_name!r} in {sources.label}", sources.label)
     elif sources.entry_module:
         candidates = [sources.entry_module]
     else:

@@ -16,6 +16,14 @@ follows ``__init__`` assignments through the MRO (mixins in other modules includ
 ``super().__init__(...)`` arguments, imports (conditional ones give alternatives), function
 returns (with argument binding, bounded depth), annotations (a declared type also stands for
 its subclasses' overrides) and a few container idioms. It never imports or runs the code.
+
+Hostile source cannot make it recurse without bound: every cycle (aliases of each other, star
+imports of each other, classes deriving from each other, functions calling each other) is cut
+where it closes, resolution nests at most ``MAX_RESOLVE_DEPTH`` evaluations (then the value is
+unknown, with a warning), class hierarchies are walked without recursion, and no module tree
+nests deeper than ``pysource.MAX_NESTING``. Nor can it work without bound: calling contexts,
+which multiply along call chains that share callees, stop being told apart past
+``MAX_CONTEXT_WORK`` evaluations.
 """
 
 from __future__ import annotations
@@ -24,16 +32,31 @@ import ast
 import builtins
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Iterator
 
-from layerc.grammar.pysource import SourceModule, SourceSet, first_line
+from layerc.grammar.pysource import SourceModule, SourceSet, first_line, parse_expression
+from layerc.ir.diagnostics import LayercError
 from layerc.ir.optree import Site
 
 MAX_CALL_DEPTH = 6  #: nested function-return evaluations
+#: Nested evaluations, all kinds together (an alias of an attribute of a call's result...): real
+#: models need under 40 (sglang's DeepSeek: 37); each costs about six Python frames.
+MAX_RESOLVE_DEPTH = 64
+#: Sequences of sequences kept apart (``[[x]]``); deeper ones are known only as sequences.
+MAX_SEQ_DEPTH = 8
+#: Function returns are evaluated per calling context (call site, arguments, the caller's own
+#: context), and contexts multiply along call chains that share callees: exponential work in the
+#: chain's depth. Past this many evaluations in all (sglang's DeepSeek takes 530,000), a call
+#: that starts a new context is resolved once per function instead, without its arguments.
+MAX_CONTEXT_WORK = 1_500_000
+#: Package classes followed up one line of inheritance (real models: under 6).
+MAX_CLASS_DEPTH = 64
 _BUILTIN_SEQ = {"list", "tuple", "sorted", "reversed", "iter"}
 _MAPPING_GETTERS = ("__getitem__", "get", "pop", "setdefault")
 _MAPPING_BASES = ("dict", "OrderedDict", "collections.OrderedDict", "typing.OrderedDict", "UserDict")
-_CLASS_RX = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.M)
+#: ``class Name(bases`` up to the next parenthesis: linear however many lines are left unclosed
+_CLASS_RX = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^()]*)", re.M)
 
 
 # -- values ------------------------------------------------------------------------------
@@ -142,12 +165,17 @@ class Fn(Value):
 
 
 class Seq(Value):
-    """A sequence: ``elems`` any element; ``items`` per position when the length is known."""
+    """A sequence: ``elems`` any element; ``items`` per position when the length is known.
+    Sequences nest at most ``MAX_SEQ_DEPTH`` deep (``key`` recurses through them); below that an
+    element is an unknown sequence."""
 
-    __slots__ = ("elems", "items")
+    __slots__ = ("elems", "items", "depth")
 
     def __init__(self, elems: list[Value], items: list[list[Value]] | None = None, cond: str = ""):
         super().__init__(cond)
+        self.depth = 1 + max((v.depth for v in elems if isinstance(v, Seq)), default=0)
+        if self.depth > MAX_SEQ_DEPTH:
+            elems, items, self.depth = [Unknown("[...]")], None, 1
         self.elems = elems
         self.items = items
 
@@ -219,9 +247,13 @@ class FuncInfo:
         first = first_line(n) if not isinstance(n, ast.Lambda) else n.lineno
         return Site(self.module.path, first, n.col_offset + 1, getattr(n, "end_lineno", n.lineno) or n.lineno)
 
-    @property
+    @cached_property
     def decorators(self) -> list[str]:
-        return [ast.unparse(d) for d in getattr(self.node, "decorator_list", [])]
+        return [source_text(d) for d in getattr(self.node, "decorator_list", [])]
+
+    @cached_property
+    def params(self) -> dict[str, tuple[int, ast.arg, ast.expr | None]]:
+        return _params(self.node)
 
     @property
     def is_property(self) -> bool:
@@ -389,11 +421,15 @@ class Resolver:
         self._global_busy: set[tuple[str, str]] = set()
         self._locals: dict[tuple, dict[str, list[Binding]]] = {}
         self._mro: dict[str, list[ClassInfo]] = {}
+        self._bases: dict[str, list[Value]] = {}
         self._class_index: dict[str, list[tuple[str, str]]] | None = None
         self._subclasses: dict[str, list[ClassInfo]] = {}
         self._returns: dict[tuple, list[Value]] = {}
         self.warnings: list[str] = []
         self._warned: set[str] = set()
+        self._depth = 0  #: evaluations under way (see ``MAX_RESOLVE_DEPTH``)
+        self.evaluations = 0  #: evaluations so far (see ``MAX_CONTEXT_WORK``)
+        self._import_busy: set[tuple[str, str]] = set()
 
     # ---- modules and definitions
 
@@ -410,14 +446,21 @@ class Resolver:
         module's parse error is raised by the caller, which parses it first)."""
         try:
             return mod.tree
-        except Exception as e:  # a ParseError deep inside a package should not stop the trace
-            self.warn(f"skipped {mod.path}: {getattr(e, 'message', e)}")
+        except LayercError as e:  # a module deep inside a package that does not parse should not stop the trace
+            where = f"{mod.path}:{e.loc.line}:{e.loc.column}" if e.loc is not None else mod.path
+            self.warn(f"{where}: {e.message}; module {mod.name} skipped")
             return None
 
     def warn(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
             self.warnings.append(message)
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """The first warning of a kind that could repeat at every place a hostile input reaches."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            self.warn(message)
 
     def globals_of(self, mod: SourceModule) -> dict[str, list[Binding]]:
         g = self._globals.get(mod.name)
@@ -472,39 +515,60 @@ class Resolver:
     # ---- classes: MRO, members, subclasses
 
     def bases(self, ci: ClassInfo) -> list[Value]:
-        out = []
-        frame = Frame(None, ci.module)
-        for b in ci.node.bases:
-            vals = known(self.eval(b, frame)) or [Unknown(ast.unparse(b))]
-            out.append(vals[0])
-        return out
+        got = self._bases.get(ci.qualname)
+        if got is None:
+            got = []
+            frame = Frame(None, ci.module)
+            for b in ci.node.bases:
+                vals = known(self.eval(b, frame)) or [Unknown(source_text(b))]
+                got.append(vals[0])
+            self._bases[ci.qualname] = got
+        return got
+
+    def base_classes(self, ci: ClassInfo) -> list[ClassInfo]:
+        return [b.cls for b in self.bases(ci) if isinstance(b, ClsRef)]
 
     def mro(self, ci: ClassInfo) -> list[ClassInfo]:
-        """C3 linearization over package classes (outside bases end the chain)."""
+        """C3 linearization over package classes (outside bases end the chain). The hierarchy is
+        walked with a stack, not recursion, at most ``MAX_CLASS_DEPTH`` classes up; a class that
+        derives from itself (through any others) has that base cut, with a warning."""
         got = self._mro.get(ci.qualname)
         if got is not None:
             return got
-        self._mro[ci.qualname] = [ci]  # cycle guard
-        seqs = [self.mro(b.cls) for b in self.bases(ci) if isinstance(b, ClsRef)]
-        seqs = [list(s) for s in seqs if s] + [[b.cls for b in self.bases(ci) if isinstance(b, ClsRef)]]
-        result = [ci]
-        while any(seqs):
-            for s in seqs:
-                if not s:
-                    continue
-                head = s[0]
-                if not any(head in t[1:] for t in seqs):
-                    break
-            else:  # inconsistent hierarchy: fall back to depth-first order
-                for s in seqs:
-                    for c in s:
-                        if c not in result:
-                            result.append(c)
-                break
-            result.append(head)
-            seqs = [t[1:] if t and t[0] is head else t for t in seqs]
-        self._mro[ci.qualname] = result
-        return result
+        path: list[ClassInfo] = []  # the classes whose bases are being linearized, outermost first
+        stack: list[tuple[ClassInfo, list[ClassInfo] | None]] = [(ci, None)]
+        while stack:
+            c, bases = stack[-1]
+            if c.qualname in self._mro and bases is None:  # reached through another base meanwhile
+                stack.pop()
+                continue
+            if bases is None:
+                bases = self._followed_bases(c, path)
+                stack[-1] = (c, bases)
+                path.append(c)
+                stack += [(b, None) for b in reversed(bases) if b.qualname not in self._mro]
+                continue
+            stack.pop()
+            path.pop()
+            self._mro[c.qualname] = _c3(c, [self._mro[b.qualname] for b in bases if b.qualname in self._mro])
+        return self._mro[ci.qualname]
+
+    def _followed_bases(self, c: ClassInfo, path: list[ClassInfo]) -> list[ClassInfo]:
+        """The package bases of ``c`` the MRO walk goes on to: not one it is already inside (a
+        cycle), none past ``MAX_CLASS_DEPTH``."""
+        bases = self.base_classes(c)
+        if len(path) >= MAX_CLASS_DEPTH and bases:
+            self.warn_once("class-depth", f"{c.module.path}:{c.node.lineno}:{c.node.col_offset + 1}: class hierarchy "
+                           f"deeper than {MAX_CLASS_DEPTH}; the bases of {c.name} are not followed")
+            return []
+        kept = []
+        for b in bases:
+            if b is c or b in path:
+                self.warn(f"{c.module.path}:{c.node.lineno}:{c.node.col_offset + 1}: class {c.name} derives from "
+                          f"itself (through {b.name}); that base is left out")
+            elif b not in kept:
+                kept.append(b)
+        return kept
 
     def external_bases(self, ci: ClassInfo) -> list[str]:
         out = []
@@ -523,19 +587,25 @@ class Resolver:
         return None
 
     def subclasses(self, ci: ClassInfo) -> list[ClassInfo]:
-        """Every package class deriving from ``ci`` (transitively), found by a text scan of the
-        package for ``class X(...Name...)`` and confirmed through the resolved bases."""
+        """Every package class deriving from ``ci`` (transitively, depth first), found by a text
+        scan of the package for ``class X(...Name...)`` and confirmed through the resolved bases.
+        Walked with a stack: a chain of subclasses of any length costs no recursion."""
         got = self._subclasses.get(ci.qualname)
         if got is not None:
             return got
-        self._subclasses[ci.qualname] = []
         self._index()
         found: list[ClassInfo] = []
-        for modname, name in self._class_index.get(ci.name, []):
-            sub = self.find_class(modname, name)
-            if sub is not None and sub is not ci and ci in self.mro(sub) and sub not in found:
-                found.append(sub)
-                found += [s for s in self.subclasses(sub) if s not in found]
+        stack = [(ci, iter(self._class_index.get(ci.name, ())))]
+        while stack:
+            base, candidates = stack[-1]
+            for modname, name in candidates:
+                sub = self.find_class(modname, name)
+                if sub is not None and sub is not ci and sub not in found and base in self.mro(sub):
+                    found.append(sub)
+                    stack.append((sub, iter(self._class_index.get(sub.name, ()))))
+                    break
+            else:
+                stack.pop()
         self._subclasses[ci.qualname] = found
         return found
 
@@ -670,9 +740,8 @@ class Resolver:
         if annotation is None:
             return []
         if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
+            annotation = parse_expression(annotation.value)
+            if annotation is None:
                 return []
         if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
             return self.declared(annotation.left, frame) + self.declared(annotation.right, frame)
@@ -748,12 +817,19 @@ class Resolver:
         sub = f"{module}.{name}"
         if self.module(sub) is not None:
             return [ModRef(sub)]
-        # ``from pkg import name`` where pkg re-exports by ``from .x import *``
-        for stmt in (self.tree(mod) or ast.Module(body=[])).body:
-            if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
-                got = self.import_from(_import_base(stmt, mod), name)
-                if known(got):
-                    return got
+        key = (module, name)
+        if key in self._import_busy:  # modules that star-import each other
+            return []
+        self._import_busy.add(key)
+        try:
+            # ``from pkg import name`` where pkg re-exports by ``from .x import *``
+            for stmt in (self.tree(mod) or ast.Module(body=[])).body:
+                if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+                    got = self.import_from(_import_base(stmt, mod), name)
+                    if known(got):
+                        return got
+        finally:
+            self._import_busy.discard(key)
         return [Unknown(f"{module}.{name}")]
 
     def name(self, ident: str, frame: Frame) -> list[Value]:
@@ -777,7 +853,7 @@ class Resolver:
             return frame.cache[ident]
         if ident in frame.busy:
             return []
-        params = _params(fi.node)
+        params = fi.params
         bindings = self.local_bindings(fi).get(ident)
         if ident not in params and not bindings:
             return None
@@ -837,10 +913,21 @@ class Resolver:
         return Site(mod.path, node.lineno, node.col_offset + 1, getattr(node, "end_lineno", None) or node.lineno)
 
     def eval(self, expr: ast.expr, frame: Frame) -> list[Value]:
+        if self._depth >= MAX_RESOLVE_DEPTH:
+            return [self._too_deep(expr, frame)]
+        self._depth += 1
+        self.evaluations += 1
         try:
             return dedupe(self._eval(expr, frame))
-        except RecursionError:
-            return [Unknown(ast.unparse(expr))]
+        finally:
+            self._depth -= 1
+
+    def _too_deep(self, expr: ast.expr, frame: Frame) -> Value:
+        """What an evaluation past ``MAX_RESOLVE_DEPTH`` gives: an unknown value, said once."""
+        where = frame.module.path if frame.module is not None else "?"
+        self.warn_once("resolve-depth", f"{where}:{expr.lineno}:{expr.col_offset + 1}: resolution nests deeper than "
+                       f"{MAX_RESOLVE_DEPTH} evaluations here; the value is left unknown")
+        return Unknown("…")
 
     def _eval(self, e: ast.expr, frame: Frame) -> list[Value]:
         if isinstance(e, ast.Name):
@@ -891,10 +978,9 @@ class Resolver:
         return [Unknown(_short(e))]
 
     def attr(self, v: Value, name: str, node: ast.AST | None = None) -> list[Value]:
-        text = name if node is None else _short(node)
         if isinstance(v, Obj):
             got = self.attr_of_obj(v, name)
-            return got or [Unknown(text)]
+            return got or [self._unknown_attr(name, node)]
         if isinstance(v, ClsRef):
             for c in self.mro(v.cls):
                 if name in c.methods:
@@ -904,7 +990,7 @@ class Resolver:
                     for expr in c.body_assigns[name]:
                         out += self.eval(expr, frame_for_module(c.module))
                     return out
-            return [Unknown(text)]
+            return [self._unknown_attr(name, node)]
         if isinstance(v, SuperRef):
             fi = self.lookup_method(v.obj.cls if v.obj else v.cls, name, after=v.cls)
             if fi is not None:
@@ -918,8 +1004,12 @@ class Resolver:
         if isinstance(v, Ext):
             return [Ext(f"{v.qual}.{name}")]
         if isinstance(v, ExtObj):
-            return [Unknown(text)]
-        return [Unknown(text)]
+            return [self._unknown_attr(name, node)]
+        return [self._unknown_attr(name, node)]
+
+    @staticmethod
+    def _unknown_attr(name: str, node: ast.AST | None) -> Unknown:
+        return Unknown(name if node is None else _short(node))
 
     def subscript(self, v: Value, index, is_slice: bool, frame: Frame) -> list[Value]:
         if isinstance(v, Seq):
@@ -1055,9 +1145,19 @@ class Resolver:
                 caller.self_obj.key if caller is not None and caller.self_obj is not None else None)  # it passes
         if memo in self._returns:
             return self._returns[memo]
+        if self.evaluations > MAX_CONTEXT_WORK and call is not None and caller is not None:
+            self._context_work_spent(call, caller)
+            return self.returns(fn, None, None, depth)
         self._returns[memo] = []  # recursion guard
         self._returns[memo] = got = self._returns_of(fn, call, caller, depth)
         return got
+
+    def _context_work_spent(self, call: ast.Call, caller: Frame) -> None:
+        """Said once: past ``MAX_CONTEXT_WORK``, calls are resolved without their arguments."""
+        if "return-contexts" not in self._warned:
+            site = self.site(caller.module, call)
+            self.warn_once("return-contexts", f"{site.path}:{site.line}:{site.col}: resolution took {MAX_CONTEXT_WORK} "
+                           "evaluations; calls from here on are resolved without their arguments")
 
     def _returns_of(self, fn: Fn, call: ast.Call | None, caller: Frame | None, depth: int) -> list[Value]:
         fi = fn.fn
@@ -1151,6 +1251,28 @@ class Resolver:
 
 def frame_for_module(mod: SourceModule) -> Frame:
     return Frame(None, mod)
+
+
+def _c3(ci: ClassInfo, base_mros: list[list[ClassInfo]]) -> list[ClassInfo]:
+    """C3 merge of the bases' linearizations (an inconsistent hierarchy falls back to
+    depth-first order)."""
+    seqs = [list(m) for m in base_mros if m] + [[m[0] for m in base_mros if m]]
+    result = [ci]
+    while any(seqs):
+        for s in seqs:
+            if not s:
+                continue
+            head = s[0]
+            if not any(head in t[1:] for t in seqs):
+                break
+        else:
+            for s in seqs:
+                result += [c for c in s if c not in result]
+            break
+        if head not in result:
+            result.append(head)
+        seqs = [t[1:] if t and t[0] is head else t for t in seqs]
+    return result
 
 
 def is_triton_jit(fi: FuncInfo) -> bool:
