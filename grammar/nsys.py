@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from layerc.grammar.kineto import short_name
+from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError, ParseError
 from layerc.ir.trace import (
     ANNOTATION_NVTX,
@@ -84,13 +85,10 @@ def _export(rep: Path, tmp: Path) -> Path:
 
 
 def _read_sqlite(path: Path, source: str) -> Trace:
-    try:
-        with path.open("rb") as f:
-            if f.read(16) != b"SQLite format 3\x00":
-                raise ParseError("not an SQLite file (an Nsight Systems export is 'nsys export --type sqlite' output)", source)
-        db = sqlite3.connect(f"file:{path.resolve()}?mode=ro&immutable=1", uri=True)
-    except OSError as e:
-        raise LayercError(f"cannot read {path}: {e.strerror}", source) from None
+    with inputs.open_raw(path) as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            raise ParseError("not an SQLite file (an Nsight Systems export is 'nsys export --type sqlite' output)", source)
+    db = inputs.sqlite_connect(path)  # exactly this file, whatever its name holds
     try:
         return _Reader(db, source).read()
     except sqlite3.DatabaseError as e:

@@ -126,3 +126,21 @@ def test_invalid_utf8_is_located(tmp_path):
     with pytest.raises(ParseError) as e:
         inputs.read_text(path)
     assert (e.value.loc.line, e.value.loc.column) == (3, 9)
+
+
+def test_sqlite_names_read_exactly_that_file(tmp_path):
+    """``r%20x`` is not ``r x``; ``#`` and ``?`` are not URI syntax: each name opens itself."""
+    from layerc.grammar.traces import read_trace
+    from layerc.tools.gen_nsys import generate
+
+    generate(tmp_path / "r x.sqlite", layers=2, replays=1)
+    generate(tmp_path / "r%20x.sqlite", layers=3, replays=2)
+    generate(tmp_path / "run#1.sqlite", layers=4, replays=1)
+    generate(tmp_path / "a?b.sqlite", layers=5, replays=1)
+    generate(tmp_path / "é ü%3F.sqlite", layers=6, replays=1)
+    counts = {name: len(read_trace(tmp_path / name).kernels)
+              for name in ("r x.sqlite", "r%20x.sqlite", "run#1.sqlite", "a?b.sqlite", "é ü%3F.sqlite")}
+    assert len(set(counts.values())) == len(counts), counts  # five different exports, each read as itself
+    for name, n in counts.items():
+        truth = tmp_path / (name.removesuffix(".sqlite") + "_truth.json")
+        assert n == __import__("json").loads(truth.read_text())["kernel_rows"], name
