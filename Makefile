@@ -16,7 +16,7 @@ DEMO   := out/demo
 SGLANG_VERSION ?= 0.5.9
 SGLANG_WHEEL   := build/wheels/sglang-$(SGLANG_VERSION)-py3-none-any.whl
 
-.PHONY: install demo test bench graphviz clean
+.PHONY: install demo test bench fuzz graphviz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -n 2 --durations=10
+
+# A long fuzz campaign over every reader (tests/fuzz): the figures go in the README.
+fuzz: install
+	$(PY) -m tests.fuzz.campaign --cases 4200 --jobs 2
 
 bench: install
 	$(PIP) install -q $(FIND_LINKS) -e ".[bench]"
