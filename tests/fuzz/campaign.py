@@ -60,7 +60,8 @@ def _cycle(cases: list, n: int) -> list:
     return [cases[i % len(cases)] for i in range(n)] if cases else []
 
 
-def run_campaign(n: int, jobs: int, seed: int, names: list[str], work: Path, keep: Path | None) -> list[Result]:
+def run_campaign(n: int, jobs: int, seed: int, names: list[str], work: Path, keep: Path | None,
+                 log: Path | None = None) -> list[Result]:
     samples = make_samples(work / "samples")
     other = {name: (p.read_bytes() if p.is_file() else b"") for name, p in samples.items()}
     cases = draw_cases(n, seed, names)
@@ -76,6 +77,9 @@ def run_campaign(n: int, jobs: int, seed: int, names: list[str], work: Path, kee
             (saved / "case.json").write_text(json.dumps({**asdict(result), "argv": list(command),
                                                          "mutations": [str(m) for m in ms]}, indent=1))
         shutil.rmtree(case_dir, ignore_errors=True)
+        if log is not None:  # one line a case, as it ends: a long campaign can be read while it runs
+            with open(log, "a") as f:
+                f.write(json.dumps(asdict(result)) + "\n")
         return result
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -119,11 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, help="where samples and cases go (default: a temporary directory)")
     p.add_argument("--keep", type=Path, default=ROOT / "out" / "fuzz-failures", help="failing cases are kept here")
     p.add_argument("--json", type=Path, help="every case's record as JSON")
+    p.add_argument("--log", type=Path, help="append each case's record to this file (JSON lines) as it ends")
+    p.add_argument("--summarize", type=Path, metavar="LOG", help="print the figures of a --log file and exit")
     args = p.parse_args(argv)
+    if args.summarize:
+        results = [Result(**json.loads(line)) for line in args.summarize.read_text().splitlines() if line.strip()]
+        print(figures(results))
+        return 1 if any(r.failures for r in results) else 0
     work = args.work or Path(tempfile.mkdtemp(prefix="layerc-fuzz-"))
     t0 = time.perf_counter()
     try:
-        results = run_campaign(args.cases, args.jobs, args.seed, args.target or [t.name for t in TARGETS], work, args.keep)
+        results = run_campaign(args.cases, args.jobs, args.seed, args.target or [t.name for t in TARGETS], work, args.keep,
+                               args.log)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
