@@ -8,6 +8,7 @@ what a bare word at the top level means; ``_resolve`` turns a word into a value.
 from __future__ import annotations
 
 import ast
+import warnings
 
 from lark import Transformer
 
@@ -30,6 +31,45 @@ def bare(text: str, loc: Location) -> Bare:
 
 def loc_of(tok) -> Location:
     return Location(tok.line, tok.column)
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` as a message quotes it: a hostile input's megabyte-long name by its start."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _too_long(text: str, loc: Location) -> ParseError:
+    return ParseError(f"a number of {len(text)} digits is longer than layerc reads", loc=loc)
+
+
+def read_int(text: str, loc: Location) -> int:
+    """``int(text)``; Python refuses more than ``sys.get_int_max_str_digits()`` digits (the
+    conversion is quadratic), and so does layerc, at ``loc``."""
+    try:
+        return int(text)
+    except ValueError:
+        raise _too_long(text, loc) from None
+
+
+def read_atom(text: str, loc: Location):
+    """``atom_value(text)``, with a located error for an integer too long to convert."""
+    try:
+        return atom_value(text)
+    except ValueError:  # only int() raises there: float() failures mean "not a float"
+        raise _too_long(text, loc) from None
+
+
+def read_string(text: str, loc: Location) -> str:
+    """A quoted string as Python's repr() wrote it; an escape Python cannot read is an error."""
+    if "\\" not in text:
+        return text[1:-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unknown escape such as \d reads as itself
+        try:
+            return ast.literal_eval(text)
+        except (SyntaxError, ValueError) as e:
+            why = e.msg if isinstance(e, SyntaxError) else str(e)
+            raise ParseError(f"bad string constant: {why}", loc=loc) from None
 
 
 #: Words that mean a constant even inside a container.
@@ -60,12 +100,12 @@ class ConstantCallbacks(Transformer):
         text = tok.value
         if text[-1] == " ":
             raise ParseError("a constant cannot end with a space", loc=Location(tok.line, tok.column + len(text) - 1))
-        value = atom_value(text)
+        value = read_atom(text, loc_of(tok))
         return bare(value, loc_of(tok)) if type(value) is str else value
 
     def string(self, c):
         (tok,) = c
-        return ast.literal_eval(tok.value)
+        return read_string(tok.value, loc_of(tok))
 
     def name_list(self, c):
         (tok,) = c
@@ -75,7 +115,7 @@ class ConstantCallbacks(Transformer):
 
     def int_list(self, c):
         (tok,) = c
-        return [int(w) for w in tok.value[1:-1].split(", ")]
+        return [read_int(w, loc_of(tok)) for w in tok.value[1:-1].split(", ")]
 
     def list(self, c):
         return [self._element(x) for x in c]
@@ -87,7 +127,14 @@ class ConstantCallbacks(Transformer):
         return tuple(self._element(x) for x in c)
 
     def dict(self, c):
-        return {self._element(k): self._element(v) for k, v in c}
+        out = {}
+        for k, v in c:
+            key, value = self._element(k), self._element(v)
+            try:
+                out[key] = value
+            except TypeError:  # a list or dict as a key: no Python dict held that
+                raise ParseError(f"a {type(key).__name__} cannot be a dict key") from None
+        return out
 
     def pair(self, c):
         return (c[0], c[1])
@@ -107,7 +154,7 @@ class ConstantCallbacks(Transformer):
             index = kws.get("index")
             if index is None or isinstance(index, int):
                 return Device(kws["type"], index)
-        raise ParseError(f"unsupported constant '{fn}(...)'", loc=loc_of(head))
+        raise ParseError(f"unsupported constant '{clip(fn)}(...)'", loc=loc_of(head))
 
     def _element(self, x):
         """Inside a container a bare word names a node or weight."""

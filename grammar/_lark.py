@@ -1,5 +1,11 @@
 """What every Lark-based reader shares: loading a grammar once, and turning Lark's
-exceptions into located ParseErrors with words a user understands."""
+exceptions into located ParseErrors with words a user understands.
+
+Every token passes a watch on its way from the lexer to the parser: it bounds how deep brackets,
+parentheses, braces and calls nest (the IR's argument trees are walked recursively, so a deeper
+input is refused while it is lexed, before anything is built), and it remembers where the parse
+is, so that a callback that cannot digest what it was given fails at that place.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +24,62 @@ def grammar_text(name: str) -> str:
     return resources.files("layerc.grammar").joinpath(name).read_text(encoding="utf-8")
 
 
-def build_parser(name: str, start: list[str], transformer=None) -> lark.Lark:
-    """An LALR parser with the contextual lexer; ``transformer`` builds the IR during the parse.
+#: How deep brackets, parentheses, braces and calls may nest. Real dumps nest a few levels; the
+#: limit keeps every recursive walk of an argument tree far from Python's recursion limit.
+MAX_NESTING = 100
+
+_OPENERS = frozenset({"LSQB", "LPAR", "LBRACE", "CALL_OPEN"})
+_CLOSERS = frozenset({"RSQB", "RPAR", "RBRACE"})
+_WHOLE = frozenset({"INT_LIST", "NAME_LIST"})  #: a flat list in one token: a level of its own
+
+
+class TokenWatch:
+    """Lark's post-lexer stage: sees every token of a parse, in order.
+
+    Depth counts the openers and closers of the shared constant grammar, and those a reader adds
+    (an AutoDeploy op line's ``target(`` ... ``) : type``, so that an argument nests as deep in
+    both syntaxes). A closer of an uncounted opener, such as the ``)`` that ends fx's
+    ``call_function[...](args = ...)``, finds the count at zero and leaves it there: the count is
+    never less than the nesting of the values being built.
+    """
+
+    always_accept = ()
+
+    def __init__(self, openers=(), closers=()):
+        self.openers = _OPENERS | frozenset(openers)
+        self.closers = _CLOSERS | frozenset(closers)
+        self.prev = self.last = None
+        self.at_end = False
+
+    def process(self, stream):
+        self.prev = self.last = None
+        self.at_end = False
+        depth = 0
+        openers, closers = self.openers, self.closers
+        for tok in stream:
+            kind = tok.type
+            if kind in openers:
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise ParseError(f"nesting deeper than {MAX_NESTING}", loc=Location(tok.line, tok.column))
+            elif kind in closers and depth:
+                depth -= 1
+            elif kind in _WHOLE and depth >= MAX_NESTING:
+                raise ParseError(f"nesting deeper than {MAX_NESTING}", loc=Location(tok.line, tok.column))
+            self.prev, self.last = self.last, tok
+            yield tok
+        self.at_end = True
+
+    def location(self) -> Location | None:
+        """Where the rule being reduced ends: an LALR parser reduces on seeing the next token
+        (``last``), or on the end of the input, after the last token."""
+        tok = self.last if self.at_end or self.prev is None else self.prev
+        return None if tok is None else Location(tok.line, tok.column)
+
+
+def build_parser(name: str, start: list[str], transformer=None, openers=(), closers=()) -> lark.Lark:
+    """An LALR parser with the contextual lexer; ``transformer`` builds the IR during the parse;
+    ``openers`` and ``closers`` name the grammar's own nesting terminals (see TokenWatch).
 
     With lark-cython installed the same grammar runs on its Cython lexer and parser;
     callbacks read tokens through ``.value`` so both kinds of token work.
@@ -30,6 +90,7 @@ def build_parser(name: str, start: list[str], transformer=None) -> lark.Lark:
         lexer="contextual",
         start=start,
         transformer=transformer,
+        postlex=TokenWatch(openers, closers),
         propagate_positions=False,
         maybe_placeholders=False,
         cache=False,
@@ -65,15 +126,25 @@ def run_parser(parser: lark.Lark, text: str, start: str, path: str | None, descr
                 err = ParseError(better[1], path, Location(err.loc.line, better[0]), err.source_line)
         raise err from None
     except VisitError as e:  # an IR-building callback raised
-        inner = e.orig_exc
-        if isinstance(inner, LayercError):
-            raise inner.with_source(path, text) from None
-        raise ParseError(f"{type(inner).__name__}: {inner}", path).with_source(path, text) from None
+        raise _at_watch(e.orig_exc, parser).with_source(path, text) from None
     except LayercError as e:
-        raise e.with_source(path, text) from None
+        raise _at_watch(e, parser).with_source(path, text) from None
+    except (ValueError, TypeError, ArithmeticError, LookupError, SyntaxError, RecursionError) as e:
+        # A callback met text it cannot digest (the grammar is looser than the IR): the input's fault.
+        raise _at_watch(e, parser).with_source(path, text) from None
     finally:
         if collecting:
             gc.enable()
+
+
+def _at_watch(e: Exception, parser: lark.Lark) -> LayercError:
+    """``e`` as a LayercError, placed where the parse was when it has no place of its own."""
+    if not isinstance(e, LayercError):
+        e = ParseError(f"cannot read this: {type(e).__name__}: {e}")
+    watch = parser.options.postlex
+    if e.loc is None and isinstance(watch, TokenWatch):
+        e.loc = watch.location()
+    return e
 
 
 def _located(e: UnexpectedInput, text: str, path: str | None, describe: dict[str, str]) -> ParseError:

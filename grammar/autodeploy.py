@@ -13,9 +13,8 @@ from functools import lru_cache
 
 import lark
 
-from layerc.grammar._constants import Bare, ConstantCallbacks, loc_of
+from layerc.grammar._constants import Bare, ConstantCallbacks, clip, loc_of, read_atom, read_int
 from layerc.grammar._lark import COMMON_TERMINALS, build_parser, grammar_text, run_parser
-from layerc.ir.constants import atom_value
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
 from layerc.ir.types import (
@@ -62,8 +61,8 @@ class _Builder(ConstantCallbacks):
         self._start_module(c[0], c[1], 3)
         found = c[2].value[len("# GraphModules found: ") : -1]
         if not found.isdigit():
-            raise ParseError(f"'{found}' is not a count of GraphModules", loc=Location(c[2].line, 23))
-        self.module.declared_graph_count = int(found)
+            raise ParseError(f"'{clip(found)}' is not a count of GraphModules", loc=Location(c[2].line, 23))
+        self.module.declared_graph_count = read_int(found, Location(c[2].line, 23))
 
     def header12(self, c):
         self._start_module(c[0], c[1], self.generation)
@@ -108,7 +107,7 @@ class _Builder(ConstantCallbacks):
                 if piece[0] == "%":
                     args.append(self._use(piece, tok.line, col))
                 else:
-                    value = atom_value(piece)
+                    value = read_atom(piece, Location(tok.line, col))
                     if type(value) is str and piece[-1] == " ":
                         raise ParseError("a constant cannot end with a space", loc=Location(tok.line, col + len(piece) - 1))
                     args.append(value)
@@ -144,10 +143,10 @@ class _Builder(ConstantCallbacks):
             return
         if isinstance(prior, Weight):
             raise ParseError(
-                f"'%{node.name}' is defined here but used earlier, at line {prior.loc.line}",
+                f"'%{clip(node.name)}' is defined here but used earlier, at line {prior.loc.line}",
                 loc=node.loc,
             )
-        raise ParseError(f"redefinition of '%{node.name}' (first defined at line {prior.loc.line})", loc=node.loc)
+        raise ParseError(f"redefinition of '%{clip(node.name)}' (first defined at line {prior.loc.line})", loc=node.loc)
 
     # -- references ------------------------------------------------------------------------
     def ref_arg(self, c):
@@ -157,7 +156,11 @@ class _Builder(ConstantCallbacks):
     def _use(self, text: str, line: int, column: int) -> Value:
         """``%name : shape : dtype`` where a value is read: check it against what is known."""
         name, shape, dtype = text[1:].split(" : ")
-        used = type_from_texts(shape, dtype)  # cached: equal texts give the same object
+        try:
+            used = type_from_texts(shape, dtype)  # cached: equal texts give the same object
+        except ParseError as e:  # a size past 64 bits
+            e.loc = Location(line, column + len(name) + 4)
+            raise
         value = self.graph.value(name)
         if value is None:
             self._typed.add(name)
@@ -177,7 +180,7 @@ class _Builder(ConstantCallbacks):
                 self._typed.add(name)
                 return value
         raise ParseError(
-            f"'%{name}' is used as '{shape} : {dtype}' but is '{t.shape_text()} : {t.dtype_text()}'"
+            f"'%{clip(name)}' is used as '{clip(shape)} : {clip(dtype)}' but is '{clip(t.shape_text())} : {clip(t.dtype_text())}'"
             + (f" (line {value.loc.line})" if value.loc else ""),
             loc=Location(line, column + len(name) + 4),
         )
@@ -301,7 +304,9 @@ class _Pinpoint:
 @lru_cache(maxsize=1)
 def _parser():
     builder = _Builder()
-    return build_parser("autodeploy.lark", ["start_v3", "start_v2", "start_v1"], builder), builder
+    # An op line's own parenthesis and the output line open the argument list, as fx's "(args = (" does.
+    nesting = {"openers": ("OP_HEAD", "OUTPUT_KW"), "closers": ("OUT_INFO", "OUT1_INFO", "_NL")}
+    return build_parser("autodeploy.lark", ["start_v3", "start_v2", "start_v1"], builder, **nesting), builder
 
 
 @lru_cache(maxsize=1)

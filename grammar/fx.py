@@ -10,9 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 
-from layerc.grammar._constants import ConstantCallbacks, loc_of
+from layerc.grammar._constants import ConstantCallbacks, clip, loc_of, read_atom, read_int
 from layerc.grammar._lark import COMMON_TERMINALS, build_parser, run_parser
-from layerc.ir.constants import atom_value
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value
 from layerc.ir.targets import from_fx_target, to_fx_target
@@ -39,7 +38,7 @@ class _FxBuilder(ConstantCallbacks):
         for name, (count, loc) in self.declared.items():
             value = self.graph.value(name)
             if value is not None and len(value.users) != count:
-                raise ParseError(f"'%{name}' says num_users={count}, but {len(value.users)} nodes read it", loc=loc)
+                raise ParseError(f"'%{clip(name)}' says num_users={count}, but {len(value.users)} nodes read it", loc=loc)
 
     def header(self, c):
         (tok,) = c
@@ -60,9 +59,9 @@ class _FxBuilder(ConstantCallbacks):
         rest = text[colon + 3 : text.rindex("[")]
         loc = Location(tok.line + 1, 5)
         users = text[text.rindex("=", 0, len(text) - 3) + 1 : text.rindex("]")]
-        self.declared[name] = (int(users), loc)
+        self.declared[name] = (read_int(users, loc), loc)
         if self.graph.value(name) is not None:
-            raise ParseError(f"redefinition of '%{name}'", loc=loc)
+            raise ParseError(f"redefinition of '%{clip(name)}'", loc=loc)
         return name, rest[:-1] if rest else None, loc
 
     def placeholder(self, c):
@@ -117,7 +116,7 @@ class _FxBuilder(ConstantCallbacks):
         text = tok.value
         if text[-1] == " ":
             raise ParseError("a constant cannot end with a space", loc=Location(tok.line, tok.column + len(text) - 1))
-        return atom_value(text)
+        return read_atom(text, loc_of(tok))
 
     def fx_list(self, c):
         return list(c)
@@ -141,14 +140,14 @@ class _FxBuilder(ConstantCallbacks):
         head, *args = c
         if head.value == "slice(" and 1 <= len(args) <= 3:
             return slice(*args)
-        raise ParseError(f"unsupported constant '{head.value[:-1]}(...)'", loc=loc_of(head))
+        raise ParseError(f"unsupported constant '{clip(head.value[:-1])}(...)'", loc=loc_of(head))
 
     call_const = ConstantCallbacks.call
 
     def _resolve(self, name: str, loc: Location) -> Value:
         value = self.graph.value(name)
         if value is None:
-            raise ParseError(f"use of undefined value '%{name}'", loc=loc)
+            raise ParseError(f"use of undefined value '%{clip(name)}'", loc=loc)
         return value
 
 

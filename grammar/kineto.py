@@ -1,4 +1,4 @@
-"""Reader of PyTorch profiler (Kineto) Chrome-trace JSON, ``.json`` or ``.json.gz`` → Trace.
+"""Reader of PyTorch profiler (Kineto) Chrome-trace JSON, ``.json`` or compressed → Trace.
 
 The ``traceEvents`` array is decoded in pieces of 64 to 256 KB of text by msgspec into typed
 structs that keep only the fields layerc uses, so memory stays bounded on multi-GB traces and
@@ -7,14 +7,22 @@ stays raw JSON text until someone asks. Event kinds can be skipped (``kinds=``).
 timestamps become int64 ns. CUDA and ROCm fields, runtime and driver launches,
 ``cudaGraphLaunch``/``hipGraphLaunch`` replays (their kernels share the launch's correlation
 id), and both flow-category generations (``ac2g``, legacy ``async_cpu_to_gpu``) are understood.
+
+On broken or hostile input: bytes come only through :func:`layerc.grammar.inputs.byte_stream`
+(gzip, bzip2, xz, zstd inflated within the decompression limit); the work is linear in the file
+whatever it holds, and the first error is reported at its line and column; no more than
+MAX_EVENT of text is held without an event ending in it; nesting msgspec cannot decode is an
+error at the first bracket deeper than MAX_NESTING; a field of the wrong type is an error at
+its value that names the event and the field; a row whose times are absent, or beyond ±2**62 ns
+(1e300, an overflowing integer), is left out by Trace.drop_invalid, which counts it.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import math
 import re
-import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterator, Union
@@ -22,12 +30,9 @@ from typing import Iterator, Union
 import msgspec
 import numpy as np
 
-try:  # Intel ISA-L inflates gzip about four times faster than zlib; same interface
-    from isal import isal_zlib as _inflate
-except ImportError:  # pragma: no cover - a platform without an isal wheel
-    _inflate = zlib
-
-from layerc.ir.diagnostics import LayercError, Location, ParseError
+from layerc.grammar import inputs
+from layerc.grammar.inputs import human_size
+from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.trace import (
     ANNOTATION_GPU,
     ANNOTATION_USER,
@@ -42,6 +47,7 @@ from layerc.ir.trace import (
     MemOps,
     Modules,
     Strings,
+    TIME_LIMIT,
     Trace,
     distinct,
 )
@@ -85,6 +91,9 @@ class _Event(msgspec.Struct, gc=False):
 _events = msgspec.json.Decoder(list[_Event])
 
 CHUNK = 1 << 18
+#: Text without a boundary between two events after which the JSON is taken as broken (an
+#: event is at most kilobytes; a kernel name of megabytes already is not a profiler's).
+MAX_EVENT = 64 << 20
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
 _RUNTIME_CATS = {"cuda_runtime": LAUNCH_RUNTIME, "cuda_driver": LAUNCH_DRIVER, "runtime": LAUNCH_RUNTIME}
@@ -111,9 +120,7 @@ def read_kineto(path: str | Path, kinds=KINDS, chunk: int = CHUNK) -> Trace:
     if n_events == 0:
         raise ParseError("the trace has no events (an empty 'traceEvents' array)", str(path))
     trace = rows.build(str(path))
-    for d in meta.get("deviceProperties") or ():
-        if isinstance(d, dict) and "id" in d:
-            trace.devices[int(d["id"])] = str(d.get("name", ""))
+    trace.devices.update(_devices(meta.get("deviceProperties")))
     trace.meta.update({k: v for k, v in meta.items() if k in ("schemaVersion", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "distributedInfo")})
     trace.meta["events"] = n_events
     trace.meta["flows"] = rows.flows
@@ -121,52 +128,48 @@ def read_kineto(path: str | Path, kinds=KINDS, chunk: int = CHUNK) -> Trace:
 
 
 # -- chunking ----------------------------------------------------------------------------------
-def _byte_stream(path: Path, size: int = 1 << 15, out: int = 1 << 16) -> Iterator[bytes]:
-    """The file's bytes, gunzipped on the fly when it is gzip, in pieces of at most ``out``
-    bytes (a compressed block inflates about twentyfold: memory should stay near one chunk)."""
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        raise LayercError(f"cannot read {path}: {e.strerror}", str(path)) from None
-    with f:
-        head = f.read(2)
-        f.seek(0)
-        if head != b"\x1f\x8b":
-            while block := f.read(size):
-                yield block
-            return
-        z = _inflate.decompressobj(wbits=31)
-        try:
-            while block := f.read(size):
-                while block:
-                    yield z.decompress(block, out)
-                    block = z.unconsumed_tail
-                    if z.eof and z.unused_data:  # concatenated gzip members
-                        block = z.unused_data
-                        z = _inflate.decompressobj(wbits=31)
-            yield z.flush()
-        except _inflate.error as e:
-            raise ParseError(f"corrupt gzip data: {e}", str(path)) from None
-        if not z.eof:
-            raise ParseError("truncated gzip file (it ends before the compressed stream does)", str(path))
+#: The most text held without an event ending in it (also: the most text before the events array
+#: and after it). A Kineto event is a few hundred bytes, a kernel with long template arguments a
+#: few KB: 64 MB with no event end is not a profiler trace, and holding more would let one
+#: malformed event take the machine's memory.
+MAX_EVENT = 64 << 20
+#: Kineto's JSON nests 3 or 4 levels. msgspec stops at Python's recursion limit (about 1000
+#: levels) with a RecursionError that says nothing of where; that error is reported at the first
+#: bracket that opens a level deeper than this.
+MAX_NESTING = 200
 
 
 class _Document(msgspec.Struct, gc=False):
     """The last piece of a trace, decoded with the document's head as one JSON object: its
-    events and the keys around ``traceEvents`` that layerc keeps."""
+    events and the keys around ``traceEvents`` that layerc keeps (as raw text, decoded after:
+    a value JSON allows but Python cannot hold, such as 1e999, is left out, not an error)."""
 
     traceEvents: list[_Event]
-    schemaVersion: object = None
-    traceName: object = None
-    displayTimeUnit: object = None
-    baseTimeNanoseconds: object = None
-    distributedInfo: object = None
-    deviceProperties: object = None
+    schemaVersion: msgspec.Raw = None
+    traceName: msgspec.Raw = None
+    displayTimeUnit: msgspec.Raw = None
+    baseTimeNanoseconds: msgspec.Raw = None
+    distributedInfo: msgspec.Raw = None
+    deviceProperties: msgspec.Raw = None
+
+
+def _document_keys(doc: _Document) -> dict:
+    out = {}
+    for key in doc.__struct_fields__[1:]:
+        if (raw := getattr(doc, key)) is not None:
+            try:
+                out[key] = msgspec.json.decode(raw)
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):  # 1e999, bad UTF-8: left out
+                pass
+    return out
 
 
 _document = msgspec.json.Decoder(_Document)
+_raw = msgspec.json.Decoder(msgspec.Raw)
 _BYTE_OFFSET = re.compile(r" \(byte (\d+)\)")  # where msgspec says a decode failed
-_EVENT_INDEX = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]((?:\.\w+)*)`")
+_EVENT_INDEX = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]((?:\.[^`.\[]+|\[\d+\])*)`")
+_WS = re.compile(rb"[ \t\r\n]*")
+_BRACKETS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
@@ -174,32 +177,373 @@ def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
     behind the document's head (everything before the array): one decode of a complete JSON
     document gives the last events and the keys around ``traceEvents``, and a small trace is
     read in that one decode."""
-    stream = _byte_stream(path)
-    head, buf, bare = _array_start(stream, path)
-    at = len(head)  # the file offset (of the inflated text) where ``buf`` begins
-    buf, done = bytearray(buf), 0  # deleting from a bytearray's front does not copy the rest
-    try:
-        for block in itertools.chain((b"",), stream):  # what came with the head is split first
-            buf += block
-            if len(buf) < _piece(at, chunk):
+    stream = _Utf8(inputs.byte_stream(path))
+    head, rest, bare = _array_start(stream, path)
+    if not bare:
+        _check_head(head, path)
+    pieces = _Pieces(path, head, rest, chunk, bare)
+    for block in itertools.chain((b"",), stream):  # what came with the head is cut first
+        yield from pieces.add(block)
+    yield pieces.finish(meta, stream)
+
+
+class _Utf8:
+    """The blocks of a byte stream up to its first byte that is not UTF-8 (``bad``: its offset,
+    None if there is none). JSON is UTF-8, and msgspec checks only the strings it keeps: the text
+    is made to end before a bad byte, so errors before it are found first and the bad byte is
+    the error where the text ends. (An ASCII block, the common case, is checked in nanoseconds.)"""
+
+    def __init__(self, stream: Iterator[bytes]):
+        self.stream, self.bad, self.byte = stream, None, 0
+        self.blocks = self._blocks()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.blocks  # one pass, however many loops take from it
+
+    def _blocks(self) -> Iterator[bytes]:
+        seen, tail = 0, b""  # ``tail``: a character cut by the end of the last block
+        for block in self.stream:
+            if not tail and block.isascii():
+                seen += len(block)
+                yield block
                 continue
-            pos = 0
-            while len(buf) - pos >= (piece := _piece(at, chunk)) and (found := _split_point(buf, pos, piece)) is not None:
-                split, events = found
-                end = buf.index(b",", split) + 1  # past the separating comma
-                at, pos, done = at + end - pos, end, done + len(events)
-                yield events
-            del buf[:pos]
-        text = head + buf
-        del buf
-        if bare:
-            yield _decode_rest(_events, text, len(head), at, path)
+            data, tail = tail + block, b""
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                good = data[: e.start]
+                if e.reason != "unexpected end of data":
+                    self.bad, self.byte = seen + e.start, data[e.start]
+                    yield good
+                    return
+                tail = data[e.start :]
+                data = good
+            seen += len(data)
+            yield data
+        if tail:
+            self.bad, self.byte = seen, tail[0]
+
+    def error(self, path: Path) -> ParseError:
+        return _located_error(f"invalid UTF-8 byte 0x{self.byte:02x}", path, self.bad)
+
+
+class _Malformed(Exception):
+    """Text that is not JSON (or too deep for the decoder) at ``offset`` of the text decoded;
+    ``offset`` None: the text ends too soon. ``trailing``: a whole value, then more text at
+    ``offset``."""
+
+    def __init__(self, message: str, offset: int | None, trailing: bool = False):
+        super().__init__(message)
+        self.message, self.offset, self.trailing = message, offset, trailing
+
+
+class _TooDeep(_Malformed):
+    """JSON nested deeper than msgspec decodes."""
+
+
+class _BadEvent(Exception):
+    """Well-formed text with a field of the wrong type. msgspec says which event (its index in
+    the text decoded) and which field, not where."""
+
+    def __init__(self, error: msgspec.ValidationError, text: bytes):
+        super().__init__(str(error))
+        self.error, self.text = error, text
+
+
+def _decode(decoder: msgspec.json.Decoder, text, outer: int = 0):
+    """``decoder.decode(text)``, every failure but a wrong type turned into _Malformed at its
+    offset in ``text`` (``outer``: the levels of nesting open where ``text`` begins). Every
+    decode of the reader goes through here."""
+    try:
+        return decoder.decode(text)
+    except msgspec.ValidationError as e:
+        raise _BadEvent(e, bytes(text)) from None
+    except msgspec.DecodeError as e:
+        message = str(e)
+        if message == "Input data was truncated":
+            raise _Malformed(message, None) from None
+        m = _BYTE_OFFSET.search(message)
+        trailing = "trailing characters" in message
+        offset = int(m.group(1)) - trailing if m else 0  # msgspec counts trailing characters one past
+        if offset >= len(text):  # a token cut by the end of the text ("1." of "1.5"): it ends too soon
+            raise _Malformed("Input data was truncated", None) from None
+        raise _Malformed(f"invalid JSON: {_BYTE_OFFSET.sub('', message)}", offset, trailing) from None
+    except RecursionError:
+        raise _TooDeep(f"nesting deeper than {MAX_NESTING} levels of arrays and objects", _too_deep(text, outer)) from None
+    except UnicodeDecodeError:  # msgspec checks strings it keeps (not those it skips)
+        at = _bad_utf8(text)
+        raise _Malformed(f"invalid UTF-8 byte 0x{text[at]:02x}", at) from None
+
+
+def _too_deep(text, outer: int) -> int:
+    """Offset of the first bracket in ``text`` that opens a level deeper than MAX_NESTING."""
+    depth = outer
+    for m in _BRACKETS.finditer(text):
+        c = text[m.start()]
+        if c == 0x5B or c == 0x7B:  # [ {
+            depth += 1
+            if depth > MAX_NESTING:
+                return m.start()
+        elif c != 0x22:  # ] }
+            depth -= 1
+    return 0
+
+
+def _too_deep_here(text: bytes, at: int, outer: int) -> int:
+    """Where JSON too deep for msgspec is, in a text whose events begin at ``at``: the place in
+    the first event that msgspec cannot decode alone, as the walk of :class:`_Pieces` finds it
+    (not an event's less deep nesting elsewhere); else in what follows the events."""
+    with memoryview(text) as view:
+        while True:
+            at = _WS.match(text, at).end()
+            if text[at : at + 1] in (b"]", b""):
+                break
+            try:
+                q = _value_end(view, at, outer)
+            except _TooDeep as e:
+                return e.offset
+            except _Malformed:
+                break
+            if q is None or text[q] != 0x2C:
+                at = len(text) if q is None else q
+                break
+            at = q + 1
+    return at + _too_deep(memoryview(text)[at:], outer)
+
+
+def _bad_utf8(text) -> int:
+    try:
+        bytes(text).decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return 0
+
+
+def _value_end(view: memoryview, p: int, outer: int) -> int | None:
+    """Index of the first byte after the JSON value that begins at ``p`` (after any whitespace)
+    that is not whitespace; None when ``view`` ends first. msgspec decodes the value alone, as
+    raw text, and says where it is followed by more: that is how an event's end is found, its
+    strings and nested lists and all. The text is offered in windows that grow fourfold, so a
+    value is decoded about once whatever follows it; _Malformed (offsets in ``view``) when the
+    value is not JSON."""
+    n, window = len(view), 1 << 12
+    while True:
+        stop = min(n, p + window)
+        with view[p:stop] as text:
+            try:
+                _decode(_raw, text, outer)  # a whole value, then only whitespace: its end is not here yet
+            except _Malformed as e:
+                if e.trailing:
+                    return p + e.offset
+                if e.offset is not None:
+                    raise type(e)(e.message, p + e.offset) from None
+        if stop == n:
+            return None
+        window *= 4
+
+
+class _Pieces:
+    """The events array cut into pieces of whole events as its text arrives, each decoded once.
+
+    A cut is first guessed at the first ``}, {`` past half a piece and checked by decoding what
+    comes before it (the common case, one decode a piece). When that text is not a whole run of
+    events (the ``}, {`` is inside a string or a list of objects, the array ends, the text is
+    broken) the events are walked one by one (:func:`_value_end`), which also finds the first
+    error at its offset. When no event ends in what has arrived, nothing is tried again before
+    twice as much text is held: a long event costs a few decodes, and past MAX_EVENT it is an
+    error. So every byte is looked at a bounded number of times: time linear in the file."""
+
+    def __init__(self, path: Path, head: bytes, rest: bytes, chunk: int, bare: bool):
+        self.path, self.head, self.chunk, self.bare = path, head, chunk, bare
+        self.buf = bytearray(rest)  # deleting from a bytearray's front does not copy the rest
+        self.pos = 0  # where the next event begins in ``buf``
+        self.at = len(head)  # the file offset (of the inflated text) of ``buf[pos]``
+        self.done = 0  # events decoded so far
+        self.wait = 0  # the text held after ``pos`` before a cut is tried again
+        self.closed = False  # the array's ``]`` has been seen: what follows is the document's tail
+        self.outer = 1 if bare else 2  # levels open inside the array
+
+    def add(self, block: bytes) -> Iterator[list[_Event]]:
+        """The pieces that ``block`` completes."""
+        buf = self.buf
+        buf += block
+        while not self.closed and len(buf) - self.pos >= max(self.wait, _piece(self.at, self.chunk)):
+            cut = self._cut(_piece(self.at, self.chunk))
+            if cut is None:
+                if not self.closed:
+                    self._hold()
+                break
+            end, events = cut
+            self.at, self.pos, self.done, self.wait = self.at + end - self.pos, end, self.done + len(events), 0
+            yield events
+        if self.closed and len(buf) - self.pos > MAX_EVENT:
+            raise self._error(f"the document goes on for more than {human_size(MAX_EVENT)} after its events array", self.pos)
+        del buf[: self.pos]
+        self.pos = 0
+
+    def _cut(self, piece: int) -> tuple[int, list[_Event]] | None:
+        """The events of about ``piece`` bytes from ``pos`` and where the next event begins;
+        None when no event ends in what has arrived."""
+        buf, pos = self.buf, self.pos
+        m = _SPLIT.search(buf, pos + piece // 2)
+        if m is not None:
+            split = m.start() + 1  # just past an event's closing brace, if the guess is right
+            text = b"".join((b"[", memoryview(buf)[pos:split], b"]"))
+            try:
+                return m.end() - 1, _decode(_events, text)
+            except _BadEvent as bad:  # the text before the error is well-formed: the error is real
+                raise self._bad_event(bad, 1) from None
+            except _Malformed:
+                pass  # not a cut, or broken text: the walk tells which, and where
+        found = self._walk(piece)
+        if found is None:
+            return None
+        end, after = found
+        return after, self._events_to(end)
+
+    def _events_to(self, end: int) -> list[_Event]:
+        """The events from ``pos`` to ``end``, which the walk has found whole."""
+        text = b"".join((b"[", memoryview(self.buf)[self.pos : end], b"]"))
+        try:
+            return _decode(_events, text, self.outer - 1)
+        except _BadEvent as bad:
+            raise self._bad_event(bad, 1) from None
+        except _Malformed as e:
+            raise self._error(e.message, self.pos + (e.offset or 1) - 1) from None
+
+    def _walk(self, piece: int) -> tuple[int, int] | None:
+        """The events from ``pos`` one at a time, up to ``piece`` bytes or the last whole one:
+        where the last ends and where the next begins; None when none is whole. A broken one
+        is an error at its place."""
+        buf, p, last, error = self.buf, self.pos, None, None
+        with memoryview(buf) as view:
+            while True:
+                p = _WS.match(buf, p).end()
+                if p == len(buf):
+                    break
+                if buf[p] == 0x5D:  # ']': the array ends (a comma before it is the last decode's to report)
+                    self.closed = True
+                    break
+                try:
+                    q = _value_end(view, p, self.outer)
+                except _Malformed as e:
+                    error = e
+                else:
+                    if q is None:
+                        break
+                    if buf[q] == 0x2C:  # ','
+                        last = q, q + 1
+                    elif buf[q] == 0x5D:  # ']'
+                        last, self.closed = (q, q), True
+                        break
+                    else:
+                        error = _Malformed("invalid JSON: JSON is malformed: expected ',' or ']'", q)
+                if error is not None:
+                    break
+                p = q + 1
+                if q - self.pos >= piece:
+                    break
+        if error is not None:
+            self._broken(error, last)
+        return last
+
+    def _broken(self, error: _Malformed, last: tuple[int, int] | None) -> None:
+        """The walk found ``error`` (offset in ``buf``): a wrong type in an event before it is
+        the first error; and the error is said in the words of the decoder that reads the whole
+        document (the raw decoder words some errors otherwise), decoding up to its byte."""
+        if isinstance(error, _TooDeep):  # the events before it
+            end = last[0] if last else self.pos
+        else:  # the events up to the error, and a little past it (where the decoder looks ahead)
+            end = min(error.offset + 64, len(self.buf))
+        text = b"".join((b"[", memoryview(self.buf)[self.pos : end], b"]"))
+        try:
+            _decode(_events, text, self.outer - 1)
+        except _BadEvent as bad:
+            raise self._bad_event(bad, 1) from None
+        except _Malformed as e:
+            if e.offset is not None and not isinstance(e, _TooDeep):
+                raise self._error(e.message, self.pos + e.offset - 1) from None
+        raise self._error(error.message, error.offset)
+
+    def _hold(self) -> None:
+        """No event ends in the text held: wait for twice as much, up to MAX_EVENT."""
+        held = len(self.buf) - self.pos
+        if held <= MAX_EVENT:
+            self.wait = min(2 * held, MAX_EVENT + 1)
             return
-        doc = _decode_rest(_document, text, len(head), at, path)
-    except _BadEvent as bad:
-        raise bad.located(path, at, done) from None
-    meta.update({k: v for k in doc.__struct_fields__[1:] if (v := getattr(doc, k)) is not None})
-    yield doc.traceEvents
+        start = _WS.match(self.buf, self.pos).end()
+        if start == len(self.buf):
+            raise self._error(f"more than {human_size(MAX_EVENT)} of whitespace where an event should begin (between events, or before the first)", self.pos)
+        raise self._error(f"the event that begins here is not followed by ',' or ']' within {human_size(MAX_EVENT)} "
+                          "(a profiler event is a few KB: a broken trace?)", start)
+
+    def finish(self, meta: dict, stream: _Utf8) -> list[_Event]:
+        """The rest of the array decoded behind the document's head, as one document; where
+        the text stops at a byte that is not UTF-8, that byte is the error unless one comes
+        before it."""
+        text = b"".join((self.head, memoryview(self.buf)[self.pos :]))
+        self.buf = bytearray()
+        try:
+            doc = _decode(_events if self.bare else _document, text)
+        except _BadEvent as bad:
+            raise self._bad_event(bad, len(self.head)) from None
+        except _Malformed as e:
+            if e.offset is None:
+                if stream.bad is not None:
+                    raise stream.error(self.path) from None
+                raise ParseError("the JSON never closes: the file ends inside it (a truncated trace?)", str(self.path)) from None
+            at = _too_deep_here(text, len(self.head), self.outer) if isinstance(e, _TooDeep) else e.offset
+            offset = at if at < len(self.head) else self.at + at - len(self.head)
+            raise _located_error(e.message, self.path, offset) from None
+        if stream.bad is not None:
+            raise stream.error(self.path)
+        if self.bare:
+            return doc
+        meta.update(_document_keys(doc))
+        return doc.traceEvents
+
+    def _error(self, message: str, index: int) -> ParseError:
+        """``message`` at ``buf[index]``."""
+        return _located_error(message, self.path, self.at + index - self.pos)
+
+    def _bad_event(self, bad: _BadEvent, shift: int) -> ParseError:
+        """The wrong field at its place, its event named by its index in the whole array;
+        ``shift``: the offset in the decoded text of ``buf[pos]``, where its events begin."""
+        message = str(bad.error)
+        m = _EVENT_INDEX.search(message)
+        if m is None:
+            return ParseError(f"unexpected event field: {message}", str(self.path))
+        index, keys = int(m.group(1)), re.findall(r"\.([^.\[]+)", m.group(2))
+        message = message[: m.start()] + f"`$.traceEvents[{index + self.done}]{m.group(2)}`" + message[m.end() :]
+        offset = _field_offset(bad.text, shift, index, keys, self.outer)
+        return _located_error(f"unexpected event field: {message}", self.path, self.at + offset - shift)
+
+
+def _field_offset(text: bytes, at: int, index: int, keys: list[str], outer: int) -> int:
+    """Offset in ``text`` of the value of ``keys`` (a path such as args.stream) in its event
+    ``index``, the events beginning at ``at``: the events walked one by one to it, the keys
+    found in order inside it (as far as they are; the event's start if the walk fails)."""
+    with memoryview(text) as view:
+        try:
+            for _ in range(index):
+                q = _value_end(view, at, outer)
+                if q is None:
+                    return at
+                at = q + 1  # past the comma
+        except _Malformed:
+            return at
+        at = _WS.match(text, at).end()
+        try:
+            end = _value_end(view, at, outer)
+        except _Malformed:  # broken after the wrong field
+            end = None
+    end = len(text) if end is None else end
+    for key in keys:
+        m = re.compile(rb'"%s"\s*:\s*' % re.escape(key.encode())).search(text, at, end)
+        if m is None:
+            break
+        at = m.end()
+    return at
 
 
 def _piece(at: int, chunk: int) -> int:
@@ -208,105 +552,57 @@ def _piece(at: int, chunk: int) -> int:
     return min(chunk, max(1 << 16, at // 4))
 
 
-def _array_start(stream: Iterator[bytes], path: Path) -> tuple[bytes, bytes, bool]:
+def _array_start(stream: _Utf8, path: Path) -> tuple[bytes, bytes, bool]:
     """The document up to the events array's ``[``, what follows, and whether the document is
-    a bare array of events rather than an object with ``traceEvents``."""
-    buf = b""
+    a bare array of events rather than an object with ``traceEvents``. The text is searched
+    each time it has doubled (linear time), up to MAX_EVENT."""
+    buf, look = bytearray(), 0
     for block in stream:
         buf += block
-        start = len(buf) - len(buf.lstrip())
-        if buf[start : start + 1] == b"[":
-            return buf[: start + 1], buf[start + 1 :], True
-        if (m := _START.search(buf)) is not None:
-            return buf[: m.end()], buf[m.end() :], False
-        if len(buf) > 64 << 20:
-            raise ParseError("no 'traceEvents' array in the first 64 MB: not a PyTorch profiler trace", str(path))
-    text = buf.lstrip()
-    if not text:
+        if len(buf) < look:
+            continue
+        look = min(2 * len(buf), MAX_EVENT + 1)
+        if (found := _find_start(buf, path)) is not None:
+            return found
+        if len(buf) > MAX_EVENT:
+            raise ParseError(f"no 'traceEvents' array in the first {human_size(MAX_EVENT)}: not a PyTorch profiler trace", str(path))
+    if (found := _find_start(buf, path)) is not None:
+        return found
+    if stream.bad is not None:
+        raise stream.error(path)
+    if not buf.strip():
         raise ParseError("the file is empty", str(path))
-    if text[:1] not in (b"{", b"["):
-        raise ParseError("not JSON (a PyTorch profiler trace is a JSON object with 'traceEvents')", str(path))
     raise ParseError("no 'traceEvents' array: not a PyTorch profiler trace", str(path))
 
 
-def _split_point(buf: bytearray, pos: int, chunk: int) -> tuple[int, list[_Event]] | None:
-    """Index just after an event's closing brace about ``chunk`` bytes after ``pos``, with the
-    events before it (decoding is how a split is known to fall between events, not in a string)."""
-    for m in _SPLIT.finditer(buf, pos + chunk - min(chunk // 2, 1 << 20)):
-        candidate = m.start() + 1
-        piece = b"".join((b"[", memoryview(buf)[pos:candidate], b"]"))
-        try:
-            return candidate, _events.decode(piece)
-        except msgspec.ValidationError as e:  # well-formed JSON: the split is right, an event is wrong
-            raise _BadEvent(e, piece, 1) from None
-        except msgspec.DecodeError:
-            continue
+def _find_start(buf: bytearray, path: Path) -> tuple[bytes, bytes, bool] | None:
+    start = _WS.match(buf).end()
+    if start == len(buf):
+        return None
+    if buf[start] == 0x5B:  # '['
+        return bytes(buf[: start + 1]), bytes(buf[start + 1 :]), True
+    if buf[start] != 0x7B:  # '{'
+        raise ParseError("not JSON (a PyTorch profiler trace is a JSON object with 'traceEvents')", str(path))
+    if (m := _START.search(buf)) is not None:
+        return bytes(buf[: m.end()]), bytes(buf[m.end() :]), False
     return None
 
 
-def _decode_rest(decoder: msgspec.json.Decoder, text: bytes, head: int, at: int, path: Path):
-    """Decode the document's head (its first ``head`` bytes) and the rest of the array, which
-    begins at file offset ``at``, as one document."""
+def _check_head(head: bytes, path: Path) -> None:
+    """The document's head, decoded with an empty array (``head]}``): an error in it is reported
+    before any in the events; and when it does not close there, the ``"traceEvents": [`` found
+    is not the events array of a top-level object (it is in a string or nested: broken JSON, or
+    not a profiler trace), and the events cannot be read as a stream."""
     try:
-        return decoder.decode(text)
-    except msgspec.ValidationError as e:
-        raise _BadEvent(e, text, head) from None
-    except msgspec.DecodeError as e:
-        if "truncated" in str(e):
-            raise ParseError("the events array never closes (a truncated trace?)", str(path)) from None
-        m = _BYTE_OFFSET.search(str(e))
-        what = f"invalid JSON: {_BYTE_OFFSET.sub('', str(e))}"
-        if m is None:
-            raise ParseError(what, str(path)) from None
-    offset = int(m.group(1)) - ("trailing characters" in what)  # msgspec counts those one past
-    raise _located_error(what, path, offset if offset < head else at + offset - head)
-
-
-class _BadEvent(Exception):
-    """A well-formed piece of the array with a field of the wrong type. msgspec says which event
-    of the piece and which field, not where: ``text`` is the piece, ``shift`` its byte that is
-    the file's byte ``at`` (where the piece's events begin)."""
-
-    def __init__(self, error: msgspec.ValidationError, text: bytes, shift: int):
-        super().__init__(str(error))
-        self.error, self.text, self.shift = error, text, shift
-
-    def located(self, path: Path, at: int, before: int) -> ParseError:
-        """The error at the field in the file, its event named by its index in the whole array
-        (``before`` events came in earlier pieces)."""
-        message = str(self.error)
-        m = _EVENT_INDEX.search(message)
-        if m is None:
-            return ParseError(f"unexpected event field: {message}", str(path))
-        index, keys = int(m.group(1)), re.findall(r"\.(\w+)", m.group(2))
-        message = message[: m.start()] + f"`$.traceEvents[{index + before}]{m.group(2)}`" + message[m.end() :]
-        offset = self._field_offset(index, keys)
-        return _located_error(f"unexpected event field: {message}", path, at + offset - self.shift)
-
-    def _field_offset(self, index: int, keys: list[str]) -> int:
-        """Offset in the piece of the value of ``keys`` (a path such as args.stream) in event
-        ``index``: the piece decoded again, each event as its raw text, found in order."""
-        text = self.text
-        raw = (_raw_events if text.lstrip()[:1] == b"[" else _raw_document).decode(text)
-        events = raw if isinstance(raw, list) else raw.traceEvents
-        at = end = 0
-        for event in events[: index + 1]:
-            at = text.find(bytes(event), end)
-            end = at + len(event)
-        for key in keys:
-            m = re.compile(rb'"%s"\s*:\s*' % re.escape(key.encode())).search(text, at, end)
-            if m is None:
-                break
-            at = m.end()
-        return at
-
-
-class _RawDocument(msgspec.Struct):
-    traceEvents: list[msgspec.Raw]
-
-
-_raw_events = msgspec.json.Decoder(list[msgspec.Raw])
-_raw_document = msgspec.json.Decoder(_RawDocument)
+        _decode(_document, head + b"]}")
+    except _Malformed as e:
+        if e.offset is not None and e.offset < len(head):
+            raise _located_error(e.message, path, e.offset) from None
+        key = head.rindex(b'"traceEvents"')
+        raise _located_error("this 'traceEvents' is not a key of the document's top-level object "
+                             "(the text before it is broken, or not a PyTorch profiler trace)", path, key) from None
+    except _BadEvent as bad:  # (the keys of the head are raw text: no wrong type is expected)
+        raise ParseError(f"unexpected value: {bad.error}", str(path)) from None
 
 
 def _located_error(message: str, path: Path, offset: int) -> ParseError:
@@ -324,7 +620,7 @@ def _location(path: Path, offset: int) -> tuple[Location, str, int]:
     it and the column where that text starts. The file is read again up to there: lines are
     counted only when there is an error to report, never during a load."""
     line, line_start, seen, before = 1, 0, 0, b""
-    stream = _byte_stream(path)
+    stream = inputs.byte_stream(path)
     block = b""
     for block in stream:
         if seen + len(block) > offset:
@@ -350,18 +646,28 @@ def _location(path: Path, offset: int) -> tuple[Location, str, int]:
     return Location(line, offset - line_start + 1), window, lo + base - line_start + 1
 
 
+def _devices(props) -> dict[int, str]:
+    """Device id → name from ``deviceProperties``; entries without a usable id are skipped."""
+    out = {}
+    for d in props if isinstance(props, list) else ():
+        if isinstance(d, dict) and (i := _int(d.get("id"))) >= 0:
+            name = d.get("name")
+            out[i] = name if isinstance(name, str) else ""
+    return out
+
+
 # -- rows ----------------------------------------------------------------------------------------
-def _int(v) -> int:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return int(v) if v == v else -1
+def _int(v, bound: int = 1 << 63) -> int:
+    """An id or count as an integer in [-bound, bound); -1 when absent, not a number, not finite
+    or out of that range. Strings such as "stream 7" give their digits."""
     if isinstance(v, str):  # "stream 7", "Spans"
         digits = re.sub(r"\D", "", v)
-        return int(digits[:18]) if digits else -1
-    return -1
+        v = int(digits[:18]) if digits else -1
+    elif isinstance(v, float):
+        v = int(v) if math.isfinite(v) else -1
+    elif not isinstance(v, int):  # (bool is an int)
+        return -1
+    return int(v) if -bound <= v < bound else -1
 
 
 def short_name(full: str) -> str:
@@ -443,7 +749,7 @@ class _Rows:
             cols["registers"] += [a.registers for a in args]
             cols["shared"] += [a.shared for a in args]
         elif table == "cpu_ops":
-            cols["input_dims"] += [str(a.input_dims, "utf-8") for a in args]
+            cols["input_dims"] += [str(a.input_dims, "utf-8", "replace") for a in args]
             cols["sequence"] += [a.sequence for a in args]
         elif table == "memops":
             cols["bytes"] += [a.bytes for a in args]
@@ -452,8 +758,8 @@ class _Rows:
 
     def _flush(self, table: str) -> None:
         raw = self.staged.pop(table)
-        start = _ns(raw.pop("ts"))
-        cols = {"start": start, "end": start + _ns(raw.pop("dur")), "row": _ints(raw.pop("row")), "name": self._ids(raw.pop("name"))}
+        start, end = _times(raw.pop("ts"), raw.pop("dur"))
+        cols = {"start": start, "end": end, "row": _ints(raw.pop("row")), "name": self._ids(raw.pop("name"))}
         pid, tid = raw.pop("pid"), raw.pop("tid")
         if table in ("kernels", "memops"):  # their pid and tid are a device and a stream
             cols["device"] = _ints(raw.pop("device"), pid)
@@ -501,17 +807,36 @@ def _concat(cls, parts: list[dict]):
     return cls.from_columns({name: np.concatenate([p[name] for p in parts]) for name in parts[0]})
 
 
-def _ns(values: list) -> np.ndarray:
-    """µs (floats, ints or None) → int64 ns."""
+def _times(ts: list, dur: list) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end in int64 ns from µs (floats, ints or None). A row whose start is absent, or
+    whose start or duration is beyond ±2**62 ns (1e300, an int64-overflowing integer), gets
+    start = end = TIME_LIMIT, which Trace.drop_invalid leaves out and counts; an absent duration
+    is 0. (JSON has no NaN or inf: msgspec refuses them as text, and 1e999 as out of range.)"""
+    start, length = _floats(ts, math.nan) * 1000.0, _floats(dur, 0.0) * 1000.0
+    bad = ~((np.abs(start) < TIME_LIMIT) & (np.abs(length) < TIME_LIMIT))  # NaN compares False
+    if bad.any():
+        start[bad], length[bad] = TIME_LIMIT, 0.0
+    start_ns = np.rint(start).astype(np.int64)
+    return start_ns, start_ns + np.rint(length).astype(np.int64)  # |each| < 2**62: no overflow
+
+
+def _floats(values: list, absent: float) -> np.ndarray:
     try:
         a = np.fromiter(values, np.float64, len(values))  # (fromiter: a list converts ~1.5x faster)
+    except (TypeError, ValueError, OverflowError):  # None; an int beyond a float's range
+        a = np.fromiter((_float(v, absent) for v in values), np.float64, len(values))
+    return a
+
+
+def _float(v, absent: float) -> float:
+    if v is None:
+        return absent
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
     except (TypeError, ValueError):
-        a = np.array([v if isinstance(v, (int, float)) else np.nan for v in values], dtype=np.float64)
-    a = a * 1000.0
-    missing = np.isnan(a)
-    if missing.any():
-        a[missing] = 0.0
-    return np.rint(a).astype(np.int64)
+        return math.nan
 
 
 def _ints(values: list, fallback: list | None = None) -> np.ndarray:
@@ -528,7 +853,7 @@ def _ints(values: list, fallback: list | None = None) -> np.ndarray:
 
 
 def _triples(values: list) -> np.ndarray:
-    """``grid``/``block`` lists as an (n, 3) array; -1 where absent."""
+    """``grid``/``block`` lists as an (n, 3) int32 array; -1 where absent or out of range."""
     try:
         a = np.array(values, dtype=np.int32)
         if a.shape == (len(values), 3):
@@ -538,8 +863,8 @@ def _triples(values: list) -> np.ndarray:
     out = np.full((len(values), 3), -1, dtype=np.int32)
     for i, v in enumerate(values):
         if isinstance(v, str):  # "[4, 1, 1]" in some driver-launch records
-            v = re.findall(r"-?\d+", v)
+            v = re.findall(r"-?\d+", v[:200])
         if v:
             for j, x in enumerate(v[:3]):
-                out[i, j] = _int(x)
+                out[i, j] = _int(x, 1 << 31)
     return out

@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
+from layerc.ir.diagnostics import ParseError
+
 #: One dimension: a concrete size, or a symbolic expression kept as sympy prints it.
 Dim = Union[int, "SymDim"]
 
@@ -33,9 +35,19 @@ class SymDim:
 _SYMBOL = re.compile(r"[a-z]+\d+")
 
 
+#: The largest size a dim may have: torch sizes are 64-bit, and arrays of sizes are int64.
+MAX_DIM = 2**63 - 1
+_MAX_DIM_DIGITS = len(str(MAX_DIM))
+
+
 def parse_dim(text: str) -> Dim:
     # The writer prints str(int(d)) when str(d).isdigit(), else the sympy string.
-    return int(text) if text.isdigit() else SymDim(text)
+    if not text.isdigit():
+        return SymDim(text)
+    digits = text.lstrip("0") or "0"
+    if len(digits) > _MAX_DIM_DIGITS or int(digits) > MAX_DIM:
+        raise ParseError(f"size {text[:30]}{'...' if len(text) > 30 else ''} does not fit in 64 bits")
+    return int(digits)
 
 
 class Type:

@@ -2,7 +2,7 @@
 of ``[[kernel]]`` entries. An entry::
 
     [[kernel]]
-    match = 'paged_attention_ll4mi\\w*'   # regex, searched in the full (demangled or mangled) name
+    match = 'paged_attention_ll4mi\\w*'   # regex, searched in the (demangled or mangled) name
     short = "paged_attention"             # display name; may use the match's groups: 'aten_\\1'
     type = "ATTENTION"                    # one of TYPES (default OTHER)
     stage = "decode"                      # optional vote the name gives: "prefill" | "decode"
@@ -16,7 +16,19 @@ attention 60, common norms/activations 80, Triton 90, PyTorch native 95).
 
 Users add a family without touching code: a directory of such files named by
 ``LAYERC_KERNEL_TABLES`` (``os.pathsep``-separated) is read after the built-in ones, and its
-entries are tried first. A kernel takes the first entry whose regex matches its full name.
+entries are tried first. A kernel takes the first entry whose regex matches its name.
+
+Patterns run on every name of a trace, hostile ones too, so the built-in ones run in time linear
+in the name: no pattern scans the same characters again from each of many starts. The idioms:
+
+- no leading ``\\w*`` (a search tries every start anyway): ``decode\\w*attention``, not
+  ``\\w*decode\\w*attention\\w*``;
+- ``A\\w*B`` where ``A`` can recur inside one word (``nccl\\w*AllReduce`` on ``ncclnccl...``) is
+  ``(?<!\\w)(?>\\w*?A)\\w*B``: one start per word, committed to the word's first ``A``;
+- ``A.*?B`` is ``(?m:^)(?>.*?A).*?B``: one start per line, committed to the line's first ``A``.
+
+``tests/test_kernel_names_hostile.py`` checks every entry on adversarial names. Whatever a
+pattern does (a user's too), it sees at most the first ``NAME_LIMIT`` characters of a name.
 """
 
 from __future__ import annotations
@@ -42,6 +54,11 @@ UNKNOWN_STAGE = -1
 _OTHER = TYPES.index("OTHER")
 _KEYS = {"match", "short", "type", "stage", "layer_start", "marks", "examples"}
 _GROUP_REF = re.compile(r"\\(?:g<(\w+)>|(\d+))")
+#: Characters of a kernel name the patterns see. A C++ template name carries its identity (the
+#: kernel template and its leading arguments: the functor, the copy or reduce op) within its first
+#: few hundred characters; the rest repeats argument types. The cap, well above that, bounds
+#: what any pattern (a user's too) can cost on a name, however long.
+NAME_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -112,8 +129,9 @@ class KernelTable:
         hit = self._memo.get(name)
         if hit is None:
             hit = (-1, None)
+            seen = name[:NAME_LIMIT]
             for i, e in enumerate(self.entries):
-                m = e.pattern.search(name)
+                m = e.pattern.search(seen)
                 if m:
                     hit = (i, m.expand(e.kind.short) if e.templated else e.kind.short)
                     break

@@ -16,6 +16,7 @@ from typing import Callable, TextIO
 
 from lark import Transformer
 
+from layerc.grammar._constants import clip
 from layerc.grammar._lark import build_parser, run_parser
 from layerc.ir.diagnostics import LayercError, Location, ParseError
 from layerc.ir.graph import Module
@@ -45,6 +46,7 @@ class PassSpec:
     name: str
     options: dict[str, tuple[str, ...]]
     column: int
+    line: int = 1  #: a pipeline may span lines (a shell script's quoted string)
 
 
 class _SpecBuilder(Transformer):
@@ -57,14 +59,14 @@ class _SpecBuilder(Transformer):
     def pass_(self, c):
         name = c[0]
         opts = c[1] if len(c) > 1 else {}
-        return PassSpec(str(name), opts, name.column)
+        return PassSpec(str(name), opts, name.column, name.line)
 
     def options(self, c):
         opts: dict[str, tuple[str, ...]] = {}
         for key_tok, value in zip(c[::2], c[1::2]):
-            key = key_tok.value.lstrip(", \t").rstrip("= \t").replace("-", "_")
+            key = key_tok.value.lstrip(",").rstrip("=").strip().replace("-", "_")  # ", key =" over lines too
             if key in opts:
-                raise ParseError(f"option '{key}' given twice", loc=Location(1, key_tok.column))
+                raise ParseError(f"option '{clip(key)}' given twice", loc=Location(key_tok.line, key_tok.column))
             opts[key] = value
         return opts
 
@@ -91,15 +93,15 @@ def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]
         s = unknown[0]
         names = ", ".join(sorted(known))
         raise ParseError(
-            f"unknown pass '{s.name}' (known passes: {names})", SOURCE, Location(1, s.column), text
-        )
+            f"unknown pass '{clip(s.name)}' (known passes: {names})", SOURCE, Location(s.line, s.column)
+        ).with_source(SOURCE, text)
     passes = []
     for s in specs:
         try:
             cls = get_pass_class(s.name) if registry is None else known[s.name]()
             passes.append(make_pass(cls, s.options))
         except LayercError as e:
-            raise ParseError(f"{s.name}: {e.message}", SOURCE, Location(1, s.column), text) from None
+            raise ParseError(f"{s.name}: {e.message}", SOURCE, Location(s.line, s.column)).with_source(SOURCE, text) from None
     return passes
 
 
@@ -111,7 +113,7 @@ def make_pass(cls: type[ModulePass], options: dict[str, tuple[str, ...]]) -> Mod
     for key, raw in options.items():
         if key not in by_name:
             allowed = ", ".join(k.replace("_", "-") for k in by_name) or "none"
-            raise LayercError(f"unknown option '{key.replace('_', '-')}' (options: {allowed})")
+            raise LayercError(f"unknown option '{clip(key.replace('_', '-'))}' (options: {allowed})")
         kwargs[key] = _convert(key, raw, hints[key])
     try:
         return cls(**kwargs)
@@ -147,7 +149,7 @@ def _scalar(key: str, text: str, hint):
         if hint in (int, float, str):
             return hint(text)
     except ValueError:
-        raise LayercError(f"option '{key}' expects {hint.__name__}, got '{text}'") from None
+        raise LayercError(f"option '{key}' expects {hint.__name__}, got '{clip(text)}'") from None
     raise LayercError(f"option '{key}' has a type layerc cannot parse: {hint}")
 
 
@@ -169,6 +171,15 @@ class PassManager:
     timings: list[PassTiming] = field(default_factory=list)
 
     def run(self, ctx: Context, module: Module) -> None:
+        """Run every pass; an error that names no file is about the module's input, and says so."""
+        try:
+            self._run(ctx, module)
+        except LayercError as e:
+            if e.path is None and getattr(module, "source", None) is not None:
+                e.path = module.source
+            raise
+
+    def _run(self, ctx: Context, module: Module) -> None:
         for p in self.passes:
             start = time.perf_counter()
             p.apply(ctx, module)

@@ -44,7 +44,7 @@ def _read_counting(path, monkeypatch) -> tuple[_Counting, Exception | None]:
 
 
 @pytest.mark.parametrize("where", [0.1, 0.5, 0.9])
-@pytest.mark.parametrize("bad", [b"\x01", b"]", b'"'])
+@pytest.mark.parametrize("bad", [b"\x01", b"\xff"])
 def test_one_bad_byte_is_found_at_its_place_in_linear_work(text, tmp_path, monkeypatch, where, bad):
     # a byte inside a kernel event's name, a place where any of these breaks the JSON
     at = text.index(b'"name":"', int(len(text) * where)) + len(b'"name":"') + 2
