@@ -444,15 +444,15 @@ class _Pieces:
                 if q - self.pos >= piece:
                     break
         if error is not None:
-            self._broken(error, last)
+            self._broken(error)
         return last
 
-    def _broken(self, error: _Malformed, last: tuple[int, int] | None) -> None:
+    def _broken(self, error: _Malformed) -> None:
         """The walk found ``error`` (offset in ``buf``): a wrong type in an event before it is
         the first error; and the error is said in the words of the decoder that reads the whole
         document (the raw decoder words some errors otherwise), decoding up to its byte."""
-        if isinstance(error, _TooDeep):  # the events before it
-            end = last[0] if last else self.pos
+        if isinstance(error, _TooDeep):  # the events before it, and the deep one up to its bracket
+            end = error.offset
         else:  # the events up to the error, and a little past it (where the decoder looks ahead)
             end = min(error.offset + 64, len(self.buf))
         text = b"".join((b"[", memoryview(self.buf)[self.pos : end], b"]"))
@@ -460,8 +460,8 @@ class _Pieces:
             _decode(_events, text, self.outer - 1)
         except _BadEvent as bad:
             raise self._bad_event(bad, 1) from None
-        except _Malformed as e:
-            if e.offset is not None and not isinstance(e, _TooDeep):
+        except _Malformed as e:  # the text cut in the deep event ends too soon: nothing before it is wrong
+            if e.offset is not None and not isinstance(error, _TooDeep):
                 raise self._error(e.message, self.pos + e.offset - 1) from None
         raise self._error(error.message, error.offset)
 

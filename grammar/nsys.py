@@ -16,7 +16,9 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,6 +58,42 @@ _KERNEL_COLUMNS = {
     "block_x": ("blockX", -1), "block_y": ("blockY", -1), "block_z": ("blockZ", -1),
     "registers": ("registersPerThread", -1), "shared_static": ("staticSharedMemory", -1),
     "shared_dynamic": ("dynamicSharedMemory", -1), "name": ("demangledName", -1), "short": ("shortName", -1),
+}
+
+
+#: What the reader uses of each table and what it expects there. A required column missing is an
+#: error naming it; a value of another storage class is an error naming the table, column, class
+#: and row. Values are checked where they fail to convert (a typeof() scan of every row costs a
+#: third of a large load), then SQL finds the first bad row; grid and block sizes, which are
+#: packed in SQL where text would read as 0, are checked where they are 0.
+INTEGER, TEXT, ANY = "integer", "text", "any"
+
+
+class Column(NamedTuple):
+    kind: str  #: INTEGER, TEXT or ANY (SQLite storage classes)
+    required: bool = False  #: an export without this column cannot be read
+    null: bool = True  #: NULL allowed (read as absent)
+
+
+_KEY = Column(INTEGER, required=True, null=False)
+_EVENT = {"start": _KEY, "end": _KEY}
+SCHEMA: dict[str, dict[str, Column]] = {
+    "StringIds": {"id": _KEY, "value": Column(TEXT, required=True)},
+    "CUPTI_ACTIVITY_KIND_KERNEL": {
+        **_EVENT, "globalPid": Column(INTEGER),
+        **{nsys: Column(INTEGER) for nsys, _ in _KERNEL_COLUMNS.values() if nsys not in _EVENT},
+    },
+    "CUPTI_ACTIVITY_KIND_RUNTIME": {**_EVENT, "nameId": _KEY, "globalTid": Column(INTEGER),
+                                    "correlationId": Column(INTEGER), "eventClass": Column(INTEGER)},
+    "NVTX_EVENTS": {"start": _KEY, "end": Column(INTEGER), "globalTid": Column(INTEGER),
+                    "text": Column(TEXT), "textId": Column(INTEGER)},
+    **{table: {**_EVENT, **{c: Column(INTEGER) for c in ("deviceId", "streamId", "correlationId", "bytes", "graphNodeId", "copyKind")}}
+       for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")},
+    **{table: {"id": _KEY, "label": Column(TEXT), "name": Column(TEXT)}
+       for table in ("ENUM_NSYS_EVENT_CLASS", "ENUM_CUDA_MEMCPY_OPER")},
+    **{table: {"name": Column(TEXT, required=True), "value": Column(ANY, required=True)}
+       for table in ("META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE")},
+    "TARGET_INFO_GPU": {"id": _KEY, "name": Column(TEXT, required=True)},
 }
 
 
@@ -104,9 +142,55 @@ class _Reader:
         self.tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         if "StringIds" not in self.tables or not ({"CUPTI_ACTIVITY_KIND_KERNEL", "META_DATA_EXPORT", "EXPORT_META_DATA"} & self.tables):
             raise ParseError("an SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)", source)
+        self._have: dict[str, set[str]] = {}
 
     def columns(self, table: str) -> set[str]:
-        return {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+        """The table's columns; an error naming a column SCHEMA requires that it lacks."""
+        if table not in self._have:
+            have = {r[1] for r in self.db.execute(f'PRAGMA table_info("{table}")')}
+            for name, column in SCHEMA[table].items():
+                if column.required and name not in have:
+                    raise ParseError(f"{table}: no column '{name}' (every Nsight Systems export has it)", self.source)
+            self._have[table] = have
+        return self._have[table]
+
+    def col(self, table: str, name: str, absent: int = -1) -> str:
+        """SQL for a column whose NULL (or absence) reads as ``absent``."""
+        return f'COALESCE("{name}", {absent})' if name in self.columns(table) else str(absent)
+
+    @contextmanager
+    def values_of(self, table: str):
+        """Around the conversion of the table's rows: a value that does not convert is found by SQL
+        and named (table, column, class, row)."""
+        try:
+            yield
+        except (TypeError, ValueError, OverflowError):
+            error = self.bad_value(table)
+            if error is None:
+                raise
+            raise error from None
+
+    def bad_value(self, table: str, rows: np.ndarray | None = None) -> ParseError | None:
+        """The first value of ``table`` (among ``rows``, rowids, when given) whose storage class
+        SCHEMA does not allow, as an error; None when every value is what it should be."""
+        have = self.columns(table)
+        checked = [(name, c) for name, c in SCHEMA[table].items() if name in have and c.kind != ANY]
+        if not checked:
+            return None
+        allowed = {name: (c.kind, "null") if c.null else (c.kind,) for name, c in checked}
+        where = " OR ".join(f'typeof("{name}") NOT IN ({", ".join(map(repr, allowed[name]))})' for name, _ in checked)
+        if rows is not None:
+            where = f"({where}) AND rowid IN ({', '.join(str(int(r)) for r in rows[:1000])})"
+        kinds = ", ".join(f'typeof("{name}")' for name, _ in checked)
+        found = self.db.execute(f'SELECT rowid, {kinds} FROM "{table}" WHERE {where} ORDER BY rowid LIMIT 1').fetchone()
+        if found is None:
+            return None
+        row, *kinds = found
+        for (name, column), kind in zip(checked, kinds):
+            if kind not in allowed[name]:
+                expected = column.kind.upper() + (" or NULL" if column.null else "")
+                return ParseError(f"{table}.{name}: expected {expected}, got {kind.upper()} (row {row})", self.source)
+        return None
 
     def read(self) -> Trace:
         strings = self._strings()
@@ -124,18 +208,42 @@ class _Reader:
 
     # -- strings ---------------------------------------------------------------------------------
     def _strings(self) -> Strings:
-        """StringIds, placed so that an nsys string id is our string id."""
-        rows = self.db.execute("SELECT id, value FROM StringIds ORDER BY id").fetchall()
-        size = rows[-1][0] + 1 if rows else 0
-        values = [""] * size
-        for i, v in rows:
-            values[i] = v if v is not None else ""
+        """StringIds in id order (the first row of an id repeated); ``ids`` keeps the nsys ids, so
+        that :meth:`string_ids` maps a column of them to ours by position, however sparse."""
+        self.columns("StringIds")
+        rows = self.db.execute("SELECT id, value FROM StringIds").fetchall()
+        with self.values_of("StringIds"):
+            ids = np.fromiter((i for i, _ in rows), np.int64, len(rows))
+            if any(v is not None and type(v) is not str for _, v in rows):
+                raise TypeError("StringIds.value")
+        order = np.argsort(ids, kind="stable")
+        first = np.ones(len(order), bool)
+        first[1:] = ids[order][1:] != ids[order][:-1]
+        order = order[first]
+        self.ids = ids[order]
         s = Strings.__new__(Strings)
-        s.values = values
+        s.values = [rows[i][1] or "" for i in order.tolist()]
         s.ids = {}
-        for i, v in rows:  # first id wins, as intern would
-            s.ids.setdefault(values[i], i)
+        for i, v in enumerate(s.values):  # first id wins, as intern would
+            s.ids.setdefault(v, i)
         return s
+
+    def string_ids(self, ids: np.ndarray, table: str, column: str, rows: np.ndarray) -> np.ndarray:
+        """A column of nsys string ids as ours (-1, an absent one, stays -1); an id StringIds
+        lacks is an error naming the first row that holds it."""
+        known, n = self.ids, len(self.ids)
+        if n and known[-1] - known[0] == n - 1:  # contiguous ids (every export seen): an offset
+            pos = ids - known[0]
+            found = (pos >= 0) & (pos < n)
+        else:
+            pos = np.searchsorted(known, ids)
+            found = (pos < n) & (known[np.minimum(pos, max(n - 1, 0))] == ids) if n else np.zeros(len(ids), bool)
+        dangling = ~found & (ids != -1)
+        if dangling.any():
+            at = np.flatnonzero(dangling)
+            first = at[np.argmin(rows[at])]
+            raise ParseError(f"{table}.{column}: string id {ids[first]} is not in StringIds (row {rows[first]})", self.source)
+        return np.where(found, pos, -1)
 
     # -- kernels ---------------------------------------------------------------------------------
     def _kernels(self, strings: Strings) -> Kernels:
@@ -145,41 +253,48 @@ class _Reader:
         have = self.columns(table)
 
         def col(name: str) -> str:  # a column, NULL and absent ones as -1
-            nsys = _KERNEL_COLUMNS.get(name, (name, -1))[0]
-            return f"COALESCE({nsys}, -1)" if nsys in have else "-1"
+            return self.col(table, _KERNEL_COLUMNS.get(name, (name, -1))[0])
 
         # SQLite makes one Python int per value: small fields travel packed in one integer
         # (grid x,y,z in 31+16+16 bits; block x,y,z 11 bits each, registers 9, dynamic shared
         # memory 20), and rows come unsorted (numpy sorts faster than SQLite's temp B-tree).
         select = [
-            "start", "end", f"(({col('device')} + 1) << 48) | ({col('stream')} + 1)", col("correlation"),
+            "start", "end", col("device"), col("stream"), col("correlation"),
             col("graph_id"), col("graph_node_id"),
             # (SQLite's <<, & and | share one precedence level, left to right: parenthesize.)
             f"({col('grid_x')} & 2147483647) | (({col('grid_y')} & 65535) << 31) | (({col('grid_z')} & 65535) << 47)",
             f"({col('block_x')} & 2047) | (({col('block_y')} & 2047) << 11) | (({col('block_z')} & 2047) << 22)"
             f" | (({col('registers')} & 511) << 33) | (({col('shared_dynamic')} & 1048575) << 42)",
-            col("shared_static"), col("name"), col("short"), col("globalPid"), "rowid",
+            col("shared_static"), col("name"), col("short"), self.col(table, "globalPid"), "rowid",
         ]
-        names = ["start", "end", "devstream", "correlation", "graph_id", "graph_node_id", "grid", "block", "shared_static", "name", "short", "gpid", "row"]
+        names = ["start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "grid", "block", "shared_static", "name", "short", "gpid", "row"]
         n = self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-        data = np.fromiter(self.db.execute(f"SELECT {', '.join(select)} FROM {table}"), dtype=[(x, "i8") for x in names], count=n)
+        with self.values_of(table):
+            data = np.fromiter(self.db.execute(f"SELECT {', '.join(select)} FROM {table}"), dtype=[(x, "i8") for x in names], count=n)
         data = data[np.argsort(data["start"], kind="stable")]
-        ds, grid, block = data["devstream"], data["grid"], data["block"]
-        cols = {x: data[x] for x in ("start", "end", "correlation", "graph_id", "graph_node_id", "shared_static", "name", "short", "row")}
+        grid, block = data["grid"], data["block"]
+        cols = {x: data[x] for x in ("start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "shared_static", "row")}
         cols.update(
-            device=(ds >> 48) - 1, stream=(ds & ((1 << 48) - 1)) - 1,
             grid_x=grid & 2147483647, grid_y=(grid >> 31) & 65535, grid_z=(grid >> 47) & 65535,
             block_x=block & 2047, block_y=(block >> 11) & 2047, block_z=(block >> 22) & 2047,
             registers=(block >> 33) & 511, shared_dynamic=(block >> 42) & 1048575,
             pid=np.where(data["gpid"] >= 0, (data["gpid"] >> 24) & 0xFFFFFF, -1),
+            name=self.string_ids(data["name"], table, "demangledName", data["row"]),
+            short=self.string_ids(data["short"], table, "shortName", data["row"]),
         )
+        sizes = [cols[c] for c, (nsys, _) in _KERNEL_COLUMNS.items() if c.startswith(("grid_", "block_")) and nsys in have]
+        if sizes:  # text reads as 0 where SQL packs it: a size of 0 is checked
+            zero = np.logical_or.reduce([v == 0 for v in sizes])
+            if zero.any() and (error := self.bad_value(table, cols["row"][zero])) is not None:
+                raise error
         k = Kernels.from_columns(cols)
         if "shortName" not in have and len(k):  # derive, once per distinct name
             names_ = distinct(k.name)
-            lut = np.full(names_.max() + 1, -1, np.int32)
+            names_ = names_[names_ >= 0]
+            lut = np.full(len(strings), -1, np.int32)
             for i in names_:
                 lut[i] = strings.intern(short_name(strings.values[i]))
-            k.short = lut[k.name]
+            k.short = np.where(k.name >= 0, lut[k.name], -1)
         return k
 
     # -- host API calls --------------------------------------------------------------------------
@@ -188,31 +303,36 @@ class _Reader:
         if table not in self.tables:
             return Launches.empty()
         have = self.columns(table)
-        corr = "COALESCE(correlationId, -1)" if "correlationId" in have else "-1"
-        cls = "COALESCE(eventClass, -1)" if "eventClass" in have else "-1"
         where = ""
         if "eventClass" in have:  # CUDA backtrace rows repeat each call with the same correlation
             classes = {k: v.upper() for k, v in self._enum("ENUM_NSYS_EVENT_CLASS", "name").items()} or _DEFAULT_CLASSES
             skip = [k for k, v in classes.items() if "BACKTRACE" in v]
             if skip:
-                where = f"WHERE eventClass NOT IN ({', '.join(map(str, skip))})"
-        rows = self.db.execute(f"SELECT start, end, globalTid, {corr}, nameId, {cls}, rowid FROM {table} {where} ORDER BY start").fetchall()
+                where = f"WHERE eventClass IS NULL OR eventClass NOT IN ({', '.join(map(str, skip))})"
+        rows = self.db.execute(
+            f"SELECT start, end, {self.col(table, 'globalTid')}, {self.col(table, 'correlationId')}, nameId, rowid, "
+            f"{self.col(table, 'eventClass')} "
+            f"FROM {table} {where} ORDER BY start").fetchall()
         if not rows:
             return Launches.empty()
-        a = np.array(rows, dtype=np.int64)
+        with self.values_of(table):
+            a = np.array(rows, dtype=np.int64)
         gtid = a[:, 2]
+        name = self.string_ids(a[:, 4], table, "nameId", a[:, 5])
         # API names without version suffixes; the driver API is the cu* family.
-        names = distinct(a[:, 4])
-        lut = np.zeros(names.max() + 1, np.int64)
-        driver = np.zeros(names.max() + 1, bool)
+        names = distinct(name)
+        names = names[names >= 0]
+        lut = np.full(len(strings) + 1, -1, np.int64)  # [-1]: an absent name stays absent
+        driver = np.zeros(len(strings) + 1, bool)
         for i in names:
             text = _SUFFIX.sub("", strings[int(i)] or "")
             lut[i] = strings.intern(text)
             driver[i] = text.startswith("cu") and not text.startswith("cuda")
         return Launches.from_columns({
-            "start": a[:, 0], "end": a[:, 1], "pid": (gtid >> 24) & 0xFFFFFF, "tid": gtid & 0xFFFFFF,
-            "correlation": a[:, 3], "name": lut[a[:, 4]],
-            "kind": np.where(driver[a[:, 4]], LAUNCH_DRIVER, LAUNCH_RUNTIME), "row": a[:, 6],
+            "start": a[:, 0], "end": a[:, 1],
+            "pid": np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1), "tid": np.where(gtid >= 0, gtid & 0xFFFFFF, -1),
+            "correlation": a[:, 3], "name": lut[name],
+            "kind": np.where(driver[name], LAUNCH_DRIVER, LAUNCH_RUNTIME), "row": a[:, 5],
         })
 
     # -- NVTX ------------------------------------------------------------------------------------
@@ -221,17 +341,25 @@ class _Reader:
         if table not in self.tables:
             return Annotations.empty()
         have = self.columns(table)
+        text = "text" if "text" in have else "NULL"
         text_id = "textId" if "textId" in have else "NULL"
         rows = self.db.execute(
-            f"SELECT start, COALESCE(end, start), COALESCE(globalTid, -1), text, {text_id}, rowid FROM {table} "
-            "WHERE text IS NOT NULL OR " + ("textId IS NOT NULL" if "textId" in have else "0") + " ORDER BY start"
+            f"SELECT start, COALESCE(end, start), {self.col(table, 'globalTid')}, {text}, {text_id}, rowid FROM {table} "
+            f"WHERE {text} IS NOT NULL OR {text_id} IS NOT NULL ORDER BY start"
         ).fetchall()
         if not rows:
             return Annotations.empty()
-        name = np.array([strings.intern(t) if t is not None else tid for _, _, _, t, tid, _ in rows], np.int64)
-        a = np.array([(r[0], r[1], r[2], r[5]) for r in rows], dtype=np.int64)
+        with self.values_of(table):
+            a = np.array([(r[0], r[1], r[2], r[5]) for r in rows], dtype=np.int64)
+            tid = np.array([-1 if r[4] is None else r[4] for r in rows], np.int64)
+            if any(r[3] is not None and type(r[3]) is not str for r in rows):
+                raise TypeError(f"{table}.text")
+        tid = self.string_ids(tid, table, "textId", a[:, 3])
+        name = np.array([strings.intern(r[3]) if r[3] is not None else t for r, t in zip(rows, tid.tolist())], np.int64)
+        gtid = a[:, 2]
         return Annotations.from_columns({
-            "start": a[:, 0], "end": a[:, 1], "pid": (a[:, 2] >> 24) & 0xFFFFFF, "tid": a[:, 2] & 0xFFFFFF,
+            "start": a[:, 0], "end": a[:, 1],
+            "pid": np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1), "tid": np.where(gtid >= 0, gtid & 0xFFFFFF, -1),
             "name": name, "kind": np.full(len(rows), ANNOTATION_NVTX, np.int8), "row": a[:, 3],
         })
 
@@ -241,17 +369,18 @@ class _Reader:
         for table, kind, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY, "Memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET, "Memset")):
             if table not in self.tables:
                 continue
-            have = self.columns(table)
-            node = "COALESCE(graphNodeId, -1)" if "graphNodeId" in have else "-1"
-            copy = "COALESCE(copyKind, -1)" if "copyKind" in have else "-1"
+            col = lambda name: self.col(table, name)  # noqa: E731
             rows = self.db.execute(
-                f"SELECT start, end, deviceId, streamId, COALESCE(correlationId, -1), COALESCE(bytes, -1), {node}, {copy}, rowid FROM {table}"
+                f"SELECT start, end, {col('deviceId')}, {col('streamId')}, {col('correlationId')}, {col('bytes')}, "
+                f"{col('graphNodeId')}, {col('copyKind')}, rowid FROM {table}"
             ).fetchall()
             if not rows:
                 continue
-            a = np.array(rows, dtype=np.int64)
+            with self.values_of(table):
+                a = np.array(rows, dtype=np.int64)
             kinds = self._enum("ENUM_CUDA_MEMCPY_OPER") if kind == MEMCPY else {}
-            name = np.array([strings.intern(f"{label} {kinds.get(int(c), '')}".strip()) for c in a[:, 7]], np.int64)
+            by_kind = {c: strings.intern(f"{label} {kinds.get(c, '')}".strip()) for c in np.unique(a[:, 7]).tolist()}
+            name = np.array([by_kind[c] for c in a[:, 7].tolist()], np.int64)
             parts.append(MemOps.from_columns({
                 "start": a[:, 0], "end": a[:, 1], "device": a[:, 2], "stream": a[:, 3], "correlation": a[:, 4],
                 "bytes": a[:, 5], "kind": np.full(len(a), kind, np.int8), "name": name, "graph_node_id": a[:, 6], "row": a[:, 8],
@@ -266,32 +395,48 @@ class _Reader:
             return {}
         have = self.columns(table)
         text = column if column in have else "name"
-        return {i: v for i, v in self.db.execute(f"SELECT id, {text} FROM {table}")}
+        if text not in have:
+            return {}
+        rows = self.db.execute(f'SELECT id, "{text}" FROM {table} WHERE "{text}" IS NOT NULL').fetchall()
+        if any(type(i) is not int or type(v) is not str for i, v in rows):
+            raise self.bad_value(table) or ParseError(f"{table}: ids and names of another type", self.source)
+        return dict(rows)
 
     # -- facts about the capture -------------------------------------------------------------------
     def _export_meta(self) -> dict:
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
             if table in self.tables:
-                rows = dict(self.db.execute(f"SELECT name, value FROM {table}").fetchall())
+                self.columns(table)
+                rows = dict(self._names(table))
                 return {
-                    "schema_version": rows.get("EXPORT_SCHEMA_VERSION"),
-                    "nsys_version": rows.get("EXPORT_PRODUCT_VERSION"),
+                    "schema_version": _text(rows.get("EXPORT_SCHEMA_VERSION")),
+                    "nsys_version": _text(rows.get("EXPORT_PRODUCT_VERSION")),
                 }
         return {}
 
+    def _names(self, table: str) -> list[tuple[str, object]]:
+        """A metadata table's (name, value) rows; a name that is not text is an error."""
+        rows = self.db.execute(f"SELECT name, value FROM {table}").fetchall()
+        if any(type(n) is not str for n, _ in rows):
+            raise self.bad_value(table) or ParseError(f"{table}: names of another type", self.source)
+        return rows
+
     def _devices(self) -> dict[int, str]:
-        if "TARGET_INFO_GPU" in self.tables and {"id", "name"} <= self.columns("TARGET_INFO_GPU"):
-            return {int(i): str(n) for i, n in self.db.execute("SELECT id, name FROM TARGET_INFO_GPU")}
-        return {}
+        table = "TARGET_INFO_GPU"
+        if table not in self.tables or not {"id", "name"} <= {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+            return {}
+        rows = self.db.execute(f"SELECT id, name FROM {table}").fetchall()
+        if any(type(i) is not int or (n is not None and type(n) is not str) for i, n in rows):
+            raise self.bad_value(table) or ParseError(f"{table}: ids and names of another type", self.source)
+        return {i: n or "" for i, n in rows}
 
     def _graph_mode(self, trace: Trace) -> str | None:
         """``node``, ``graph``, or None when the capture used no CUDA graph we can see."""
-        if "META_DATA_CAPTURE" in self.tables:
-            row = self.db.execute(
-                "SELECT value FROM META_DATA_CAPTURE WHERE name = 'CUDA_GRAPH_TRACE_OPTIONS:MODE'"
-            ).fetchone()
-            if row is not None:
-                return str(row[0]).lower()
+        if "META_DATA_CAPTURE" in self.tables and {"name", "value"} <= {r[1] for r in self.db.execute("PRAGMA table_info(META_DATA_CAPTURE)")}:
+            row = dict(self._names("META_DATA_CAPTURE")).get("CUDA_GRAPH_TRACE_OPTIONS:MODE")
+            mode = (_text(row) or "").lower() if row is not None else None
+            if mode in ("node", "graph"):
+                return mode
         if (trace.kernels.graph_node_id >= 0).any():
             return "node"
         launches = trace.launches.correlation[trace.graph_launch_mask()]
@@ -302,3 +447,10 @@ class _Reader:
         ).fetchone()[0]:
             return "graph"
         return None
+
+
+def _text(value) -> str | None:
+    """A metadata value as text, whatever class it was stored as."""
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.trace import Trace
 
@@ -255,6 +256,6 @@ def kernel_table(extra: str | None = None) -> KernelTable:
     for directory in filter(None, (extra or os.environ.get("LAYERC_KERNEL_TABLES", "")).split(os.pathsep)):
         if not Path(directory).is_dir():
             raise LayercError(f"kernel tables: no directory {directory}")
-        entries += _read_dir((p, p.read_text(encoding="utf-8")) for p in Path(directory).glob("*.toml"))
+        entries += _read_dir((p, inputs.read_text(p)) for p in sorted(Path(directory).glob("*.toml")))
     entries += _read_dir(builtin_files())
     return KernelTable(entries)

@@ -136,3 +136,11 @@ def test_the_harness_caps_the_address_space(tmp_path):
     code = "b = bytearray(6 << 30)"
     run = harness._run(["-c", code], tmp_path, tmp_path, program=(sys.executable,))
     assert run.exit == 1 and "MemoryError" in run.stderr
+
+
+def test_an_internal_error_is_placed_at_layercs_innermost_frame():
+    tb = (f'Traceback (most recent call last):\n  File "{harness.ROOT}/tools/driver.py", line 90, in main\n'
+          f'  File "{harness.ROOT}/grammar/nsys.py", line 252, in _memops\n'
+          f'  File "{harness.ROOT}/.venv/lib/python3.11/site-packages/numpy/core/x.py", line 3, in f\n'
+          "ValueError: invalid literal\n")
+    assert harness._where(tb) == "grammar/nsys.py:252 in _memops"

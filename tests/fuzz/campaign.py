@@ -154,24 +154,26 @@ def figures(results: list[Result]) -> str:
 
 
 def _distinct(results: list[Result], attr: str, title: str) -> list[str]:
-    """One line per kind: the target, the check, the first stderr line with its numbers and paths
-    blurred; how many cases; one reproducer."""
+    """One line per kind: where layerc raised it (internal errors), the target, the check, the
+    first stderr line with its numbers, bytes and quoted values blurred; how many cases; one
+    reproducer. Sorted by where, so a function's failures stand together."""
     kinds: dict[tuple, list[Result]] = defaultdict(list)
     for r in results:
         for f in getattr(r, attr):
-            kinds[(r.target, _blur(f), _blur(r.first_line)[:90])].append(r)
+            kinds[(r.where if attr == "failures" else "", r.target, _blur(f), _blur(r.first_line)[:90])].append(r)
     if not kinds:
         return []
     lines = ["", f"{title}:"]
-    for (target, check, first), rs in sorted(kinds.items()):
+    for (where, target, check, first), rs in sorted(kinds.items()):
         r = rs[0]
-        lines.append(f"  {target} [{r.classes}] x{len(rs)}: {check}: {first[:160]}")
+        lines.append(f"  {target} [{r.classes}] x{len(rs)}: {check}: {first}" + (f"\n      raised at {where}" if where else ""))
         lines.append(f"      {r.argv[:200]}" + (f"\n      reproducer: {r.reproducer}/repro.sh" if r.reproducer else ""))
     return lines
 
 
 def _blur(text: str) -> str:
     text = re.sub(r"/\S+/(input|with)", r"\1", text)
+    text = re.sub(r"0x[0-9a-fA-F]+|'[^']*'", lambda m: "0xN" if m.group().startswith("0x") else "'…'", text)
     return re.sub(r"\d+\.\d+|\d{2,}", "N", text)
 
 

@@ -62,6 +62,7 @@ class Result:
     argv: str = ""
     failures: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    where: str = ""  #: of an internal error: the innermost layerc frame, ``file:line in function``
     reproducer: str = ""
 
 
@@ -143,7 +144,22 @@ def run_case(case: Case, sample: Path, case_dir: Path, companion: Path | None = 
                     run.exit, first[:300], round(run.seconds, 3), round(run.cpu, 3), round(run.peak_kb / 1024, 1),
                     sample=sample.name, argv=_shown(argv, case_dir, text))
     _check(result, run, inputs, before, out, tmp, case_dir)
+    if "internal error" in result.failures:
+        result.where = _where(_run(argv, case_dir, tmp, traceback=True).stderr)
     return result
+
+
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def _where(stderr: str) -> str:
+    """The innermost frame of layerc's own code in a traceback (``LAYERC_TRACEBACK=1``)."""
+    frames = [m for m in _FRAME.finditer(stderr) if m.group("path").startswith(str(ROOT) + "/")
+              and "/tests/" not in m.group("path") and "/.venv/" not in m.group("path")]
+    if not frames:
+        return ""
+    m = frames[-1]
+    return f"{Path(m.group('path')).relative_to(ROOT)}:{m.group('line')} in {m.group('func')}"
 
 
 @dataclass
@@ -156,10 +172,15 @@ class _Run:
     peak_kb: int
 
 
-def _run(argv: list[str], case_dir: Path, tmp: Path, program: tuple[str, ...] = LAYERC) -> _Run:
-    err_path, out_path = case_dir / "stderr.txt", case_dir / "stdout.txt"
+def _run(argv: list[str], case_dir: Path, tmp: Path, program: tuple[str, ...] = LAYERC, traceback: bool = False) -> _Run:
+    """``program ARGV`` in a capped child; with ``traceback``, ``LAYERC_TRACEBACK=1`` (its output
+    goes to ``traceback.txt``, the first run's files stay)."""
+    err_path, out_path = (case_dir / "traceback.txt", case_dir / "traceback.out") if traceback else \
+        (case_dir / "stderr.txt", case_dir / "stdout.txt")
     env = {**os.environ, "COLUMNS": "120", "TMPDIR": str(tmp)}
     env.pop("LAYERC_TRACEBACK", None)
+    if traceback:
+        env["LAYERC_TRACEBACK"] = "1"
     parent_peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     with open(err_path, "wb") as err_file, open(out_path, "wb") as out_file:
