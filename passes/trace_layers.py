@@ -116,8 +116,8 @@ def span_layers(trace: Trace) -> Spans | None:
         return None
     launch = trace.kernel_launch()
     have = launch >= 0
-    when = np.where(have, trace.launches.start[np.where(have, launch, 0)], -1)
-    tid = np.where(have, trace.launches.tid[np.where(have, launch, 0)], -1)
+    when, tid = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
+    when[have], tid[have] = trace.launches.start[launch[have]], trace.launches.tid[launch[have]]
     layer, span = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
     table = np.array(spans, np.int64).reshape(-1, 4)
     for t in np.unique(table[:, 2]).tolist():

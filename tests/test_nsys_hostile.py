@@ -194,3 +194,17 @@ def test_the_command_line_names_a_bad_value_and_leaves_the_file(export, tmp_path
     if rc == 1:
         assert err.startswith(f"{path}: error: CUPTI_ACTIVITY_KIND_KERNEL.start: expected INTEGER, got "), err
     assert path.read_bytes() == data
+
+
+@pytest.mark.parametrize("table", [t for t in SCHEMA if not t.startswith(("ENUM_", "EXPORT_"))])
+def test_commands_answer_an_export_without_a_table(export, tmp_path, table):
+    """Every analysis on what remains (a trace without launches, names or annotations): an
+    answer or an error, never an internal error."""
+    if table not in _tables(export) or "2.9.1" in export.name:
+        pytest.skip("one schema is enough for the commands")
+    path = _copy(export, tmp_path, f'DROP TABLE "{table}"')
+    for argv in (["trace", str(path)], ["replay", str(path), "-o", str(tmp_path / "r.json")]):
+        rc, _, err = _layerc(*argv)
+        assert rc in (0, 1) and "internal error" not in err and "Traceback" not in err, (argv, err)
+        if rc == 1:
+            assert err.startswith(f"{path}: error: "), err
