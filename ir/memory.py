@@ -290,13 +290,14 @@ class MemoryModule:
         path = self.files[file] or self.source
         return f"{path}:{line}:{column}" if line > 0 else path
 
-    def diagnostic(self, f: Finding) -> str:
+    def diagnostic(self, f: Finding, severity: str | None = None, suffix: str = "") -> str:
         """A finding as a compiler prints it: ``file:line:col: severity: message``, the source
-        line and a caret."""
+        line and a caret (``severity``: another than the finding's, as ``--werror`` makes a
+        warning an error; ``suffix``: after the message)."""
         path = self.files[f.file] or self.source
         loc = Location(f.line, max(f.column, 1)) if f.line > 0 else None
         line = self.source_line(f.file, f.line) if loc is not None else None
-        return LayercError(f.message, path, loc, line, severity=f.severity).format()
+        return LayercError(f.message + suffix, path, loc, line, severity=severity or f.severity).format()
 
     def source_line(self, file: int, line: int) -> str | None:
         """Line ``line`` (1-based) of file ``file``'s text; the file's newlines are found once, so
@@ -314,6 +315,8 @@ class MemoryModule:
         return text[start:end]
 
     def add(self, kernel: Kernel, severity: str, code: str, message: str, file: int = NONE, line: int = 0, column: int = 0) -> Finding:
+        if len(message) > MAX_MESSAGE:  # what it quotes is cut already; this bounds the rest
+            message = message[: MAX_MESSAGE - 3] + "..."
         f = Finding(severity, code, message, kernel.index, int(file), int(line), int(column))
         self.findings.append(f)
         return f
@@ -328,6 +331,18 @@ def _first_row(column: np.ndarray, keys: np.ndarray) -> np.ndarray:
     sorted_col = column[order]
     pos = np.searchsorted(sorted_col, keys).clip(0, len(column) - 1)
     return np.where(sorted_col[pos] == keys, order[pos], NONE).astype(np.int64)
+
+
+#: Characters of a name or label that a finding quotes (a label may be a megabyte long).
+MAX_QUOTED = 80
+#: Characters of a finding's message, whatever it quotes.
+MAX_MESSAGE = 2000
+
+
+def quoted(text: str | None) -> str:
+    """``text`` as a finding quotes it: cut to MAX_QUOTED characters, with how long it is."""
+    text = text or ""
+    return text if len(text) <= MAX_QUOTED else f"{text[:MAX_QUOTED - 1]}… ({len(text):,} characters)"
 
 
 def interval_text(start: int, end: int) -> str:

@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from layerc.ir.memory import (
-    COMBINED_GRAPH, KIND_NAMES, OTHER, SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Kernel, MemoryModule, interval_text,
+    COMBINED_GRAPH, KIND_NAMES, OTHER, SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Kernel, MemoryModule, interval_text, quoted,
 )
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.mem_liveness import MemLiveness
@@ -60,6 +60,7 @@ class _Checker:
         self.m, self.k = module, kernel
         self.b = kernel.buffers
         self.name = lambda i: module.text(int(i))  # noqa: E731
+        self.shown = lambda i: quoted(module.text(int(i)))  # noqa: E731  (a name as a message quotes it)
 
     def add(self, severity: str, code: str, message: str, table, row: int) -> None:
         self.m.add(self.k, severity, code, message, int(table.file[row]), int(table.line[row]), int(table.column[row]))
@@ -85,14 +86,14 @@ class _Checker:
         pairs = list(zip(clusters, rows)) if len(clusters) == len(rows) else self._pair_by_name(clusters, rows, kind)
         for c, r in pairs:
             if c is None:
-                self.add("warning", "summary-extra", f"{mem} summary row '{self.name(s.name[r])}' sums up no buffer cluster", s, r)
+                self.add("warning", "summary-extra", f"{mem} summary row '{self.shown(s.name[r])}' sums up no buffer cluster", s, r)
                 continue
             if r is None:
-                self.add("warning", "summary-missing", f"{mem} buffer '{self.name(b.name[c])}' has no row in the summary table", b, c)
+                self.add("warning", "summary-missing", f"{mem} buffer '{self.shown(b.name[c])}' has no row in the summary table", b, c)
                 continue
             diffs = []
             if not self._same_name(c, r, kind):
-                diffs.append(f"name '{self.name(s.name[r])}' vs '{self.name(b.name[c])}'")
+                diffs.append(f"name '{self.shown(s.name[r])}' vs '{self.shown(b.name[c])}'")
             if kind == SMEM:
                 if s.buffer_id[r] != b.buffer_id[c]:
                     diffs.append(f"buffer id {s.buffer_id[r]} vs B{b.buffer_id[c]}")
@@ -108,10 +109,10 @@ class _Checker:
             if s.channels[r] != node_count[c]:
                 diffs.append(f"{s.channels[r]} channels vs {node_count[c]} in the cluster")
             if diffs:
-                self.add("error", "summary-mismatch", f"{mem} summary row of '{self.name(b.name[c])}' disagrees with its cluster: "
+                self.add("error", "summary-mismatch", f"{mem} summary row of '{self.shown(b.name[c])}' disagrees with its cluster: "
                          + "; ".join(diffs), s, r)
             if kind == TMEM and b.operand_d[c] != d_count[c]:
-                self.add("error", "operand-d-count", f"TMEM buffer '{self.name(b.name[c])}' says {b.operand_d[c]} OperandD "
+                self.add("error", "operand-d-count", f"TMEM buffer '{self.shown(b.name[c])}' says {b.operand_d[c]} OperandD "
                          f"but {int(d_count[c])} of its channel nodes are [D]", b, c)
 
     def _same_name(self, c: int, r: int, kind: int) -> bool:
@@ -157,16 +158,16 @@ class _Checker:
         for i in range(len(b)):
             iv = interval_text(b.start[i], b.end[i])
             if b.end[i] < b.start[i]:
-                self.add("error", "interval", f"liveness {iv} of '{self.name(b.name[i])}' ends before it starts", b, i)
+                self.add("error", "interval", f"liveness {iv} of '{self.shown(b.name[i])}' ends before it starts", b, i)
             elif b.end[i] == b.start[i]:
-                self.add("warning", "interval-empty", f"'{self.name(b.name[i])}' has an empty liveness {iv}: it is never live", b, i)
+                self.add("warning", "interval-empty", f"'{self.shown(b.name[i])}' has an empty liveness {iv}: it is never live", b, i)
         for j in range(len(nodes)):
             r = int(nodes.buffer[j])
             ends = [int(x) for x in (nodes.src_op[j], nodes.dst_op[j]) if x >= 0]
             outside = [x for x in ends if not b.start[r] <= x < b.end[r]]
             if outside and b.end[r] > b.start[r]:
                 self.add("warning", "channel-outside", f"channel ch{nodes.id[j]} ({nodes.src_op[j]} to {nodes.dst_op[j]}) uses "
-                         f"'{self.name(b.name[r])}' outside its liveness {interval_text(b.start[r], b.end[r])}", nodes, j)
+                         f"'{self.shown(b.name[r])}' outside its liveness {interval_text(b.start[r], b.end[r])}", nodes, j)
 
     # channels ---------------------------------------------------------------------------------------------
     def channels(self) -> None:
@@ -215,7 +216,7 @@ class _Checker:
             color, style = self.name(edges.color[e]), self.name(edges.style[e])
             if (color, style) != (want_color, want_style):
                 self.add("warning", "edge-style", f"channel ch{cid} ({KIND_NAMES[kind]}{' [D]' if edges.operand_d[e] else ''}) is "
-                         f"drawn {color}/{style}, not {want_color}/{want_style}", edges, e)
+                         f"drawn {quoted(color)}/{quoted(style)}, not {want_color}/{want_style}", edges, e)
         self.borders()
 
     def borders(self) -> None:
@@ -233,7 +234,7 @@ class _Checker:
             got = self.name(ops.border[i])
             rank = {"black": 0, "darkgreen": 1, "red": 2}
             if rank.get(got, -1) < rank[want]:
-                self.add("warning", "border", f"op_op_{ops.node[i]} has a {got} border but its channels make it {want}", ops, i)
+                self.add("warning", "border", f"op_op_{ops.node[i]} has a {quoted(got)} border but its channels make it {want}", ops, i)
 
     # partitions -----------------------------------------------------------------------------------------
     def partitions(self) -> None:
@@ -245,7 +246,7 @@ class _Checker:
             seen.setdefault(pid, i)
             label = self.name(parts.label[i])
             if label != f"Partition {pid}":
-                self.add("warning", "partition-label", f"cluster_partition_{pid} is labelled '{label}'", parts, i)
+                self.add("warning", "partition-label", f"cluster_partition_{pid} is labelled '{quoted(label)}'", parts, i)
         for i in range(len(ops)):
             if ops.op_id[i] >= 0 and ops.op_id[i] != ops.node[i]:
                 self.add("error", "node-id", f"node op_op_{ops.node[i]} is labelled operation {ops.op_id[i]}", ops, i)
@@ -277,11 +278,11 @@ class _Checker:
         for bid, rows in by_id.items():
             for x, y, both in _overlaps(b, rows):
                 if both is not None:
-                    self.add("error", "buffer-clash", f"'{self.name(b.name[x])}' and '{self.name(b.name[y])}' are both SMEM buffer "
+                    self.add("error", "buffer-clash", f"'{self.shown(b.name[x])}' and '{self.shown(b.name[y])}' are both SMEM buffer "
                              f"B{bid} and both live over {interval_text(*both)}", b, y)
                 else:
-                    self.add("warning", "buffer-id-twice", f"SMEM buffer id B{bid} names two clusters ('{self.name(b.name[x])}' "
-                             f"and '{self.name(b.name[y])}')", b, y)
+                    self.add("warning", "buffer-id-twice", f"SMEM buffer id B{bid} names two clusters ('{self.shown(b.name[x])}' "
+                             f"and '{self.shown(b.name[y])}')", b, y)
         self.shared_buffer_ids()
 
     def shared_buffer_ids(self) -> None:
@@ -300,7 +301,7 @@ class _Checker:
             depths[r] += [int(ops.depth[x]) for x in (src_row[e], dst_row[e]) if x >= 0]
         for r, ids in refs.items():
             if len(ids) > 1:
-                self.add("warning", "buffer-ref", f"the channels of '{self.name(b.name[r])}' name different buffer.ids "
+                self.add("warning", "buffer-ref", f"the channels of '{self.shown(b.name[r])}' name different buffer.ids "
                          f"({', '.join('B' + str(i) for i in sorted(ids))})", b, r)
         innermost = int(ops.depth.max()) if len(ops) else 0
         sharing: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -311,7 +312,7 @@ class _Checker:
                 if both is None:
                     continue
                 pooled = innermost > 0 and all(d == innermost for r in (x, y) for d in depths[r])
-                what = (f"'{self.name(b.name[x])}' and '{self.name(b.name[y])}' share {KIND_NAMES[kind]} buffer.id B{bid} "
+                what = (f"'{self.shown(b.name[x])}' and '{self.shown(b.name[y])}' share {KIND_NAMES[kind]} buffer.id B{bid} "
                         f"and are both live over {interval_text(*both)}")
                 if pooled:
                     self.add("note", "shared-pool", what + ": fine for a multi-buffered innermost-loop pool", b, y)

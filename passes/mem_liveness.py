@@ -20,7 +20,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from layerc.ir.memory import SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Kernel, Liveness, MemoryModule
+from layerc.ir.memory import SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Kernel, Liveness, MemoryModule, quoted
 from layerc.passes.base import Context, ModulePass
 
 
@@ -126,7 +126,7 @@ class MemLiveness(ModulePass):
         rows = live_at(k, kind, live.peak_at)
         amount = k.buffers.bytes if kind == SMEM else k.buffers.cols
         rows = rows[np.argsort(-amount[rows], kind="stable")]
-        names = ", ".join(f"{module.text(k.buffers.name[r])} {int(amount[r]):,}" for r in rows[:6].tolist())
+        names = ", ".join(f"{quoted(module.text(k.buffers.name[r]))} {int(amount[r]):,}" for r in rows[:6].tolist())
         more = f" and {len(rows) - 6} more" if len(rows) > 6 else ""
         g = k.graphs.get(graph_kind)
         where = (g.file, g.line, g.column) if g is not None else (-1, 0, 0)

@@ -186,17 +186,18 @@ def _finish(proc: subprocess.Popen, argv: list[str]) -> tuple[int, str, str]:
 
 
 def check_answer(rc: int, out: str, err: str, input_path: Path, outdir: Path, argv: list[str]) -> None:
-    """Exit 0 or 1; never an internal error; an error names the input (or, for a directory, one
-    of its files) first, on stderr, or is a check's finding in the report; no temporary file is
-    left in the output directory."""
+    """Exit 0 or 1; never an internal error; exit 1 always with an error that names the input
+    (or, for a directory, one of its files) first on stderr, whether the input could not be read
+    or the checks found errors (then the report says so too); no temporary file is left in the
+    output directory."""
     shown = f"layerc {' '.join(argv)[:200]} -> {rc}\n{err[:2000]}"
     assert rc in (0, 1), shown
     assert "internal error" not in err + out and "Traceback" not in err, shown
-    if rc == 1 and not err:  # the input was read: the checks found errors, and the report says so
-        assert re.search(r"^\d+ kernel\(s\); [1-9]\d* error\(s\)", out, re.M), shown + out[-2000:]
-    elif rc == 1:
+    if rc == 1:
         inside = r"(/[^/:]+)?" if input_path.is_dir() else ""
-        assert re.match(rf"^{re.escape(str(input_path))}{inside}(:\d+(:\d+)?)?: error: ", err), shown
+        assert re.match(rf"^{re.escape(str(input_path))}{inside}(:\d+(:\d+)?)?: error: ", err), shown + out[-2000:]
+        if re.search(r"^\d+ kernel\(s\); ", out, re.M):  # the input was read: the checks found errors
+            assert re.search(r"^\d+ kernel\(s\); [1-9]\d* error\(s\)", out, re.M), shown + out[-2000:]
     if outdir.exists():
         left = [p.name for p in outdir.iterdir() if p.name.startswith(".") or p.name.endswith(".tmp")]
         assert not left, f"temporary files left in {outdir}: {left}\n{shown}"
@@ -293,7 +294,8 @@ def test_the_widest_interval_is_drawn_sparse(seeds, tmp_path):
     path = tmp_path / "r.log"
     path.write_bytes(_edited(seeds["log"], (b'label="k B0 [36-77) size=32768"', b'label="k B0 [36-2147483647) size=32768"')))
     rc, err, outdir = _run_one(path)  # rendered: Graphviz and the chart too
-    assert rc == 1 and err == ""  # the summary row disagrees: a finding, on stdout
+    # the summary row disagrees: a finding, in the report and first on stderr
+    assert rc == 1 and re.match(rf"{re.escape(str(path))}:\d+:\d+: error: SMEM summary row of 'k' disagrees", err), err
     doc = __import__("json").loads((outdir / "memory.json").read_text())
     steps = doc["kernels"][0]["smem"]["steps"]
     assert steps[-1] == [2**31 - 1, 0] and len(steps) <= 2 * len(doc["kernels"][0]["buffers"])
@@ -398,7 +400,214 @@ def test_reversed_intervals_everywhere_are_findings(seeds, tmp_path):
     path = tmp_path / "r.log"
     path.write_bytes(re.sub(rb"\[(\d+)-(\d+)\)", rb"[\2-\1)", seeds["log"]))
     rc, out, err = run_layerc("mem", path, "--no-render", "-o", tmp_path / "out")
-    assert rc == 1 and err == "" and "error: liveness [77-36) of 'k' ends before it starts" in out
+    assert rc == 1 and "error: liveness [77-36) of 'k' ends before it starts" in out
+    first, source, caret, note = err.rstrip("\n").split("\n")
+    assert first == f"{path}:38:12: error: liveness [77-36) of 'k' ends before it starts", err
+    assert source[caret.index("^"):].startswith("k B0 [77-36)") and re.fullmatch(r" *\^", caret), err
+    assert re.fullmatch(r"layerc mem: note: \d+ error\(s\) in all; the report lists every finding", note), err
+
+
+# -- exit 1 always says why, on stderr ----------------------------------------------------------------
+#
+# The fuzzer's 'mem' cases that exited 1 with an empty stderr: deep nesting and flipped bytes that
+# leave the input readable but make the checks find errors (a summary row that no longer agrees with
+# its cluster). The findings were in the report on stdout only; now the first one that decides the
+# exit status is also a located error, first on stderr, whatever stdout is (JSON, a pipe, a file).
+
+#: A data row of a summary table (not its header) and its cells: what a flip or a nesting there
+#: always turns into an error (the row disagrees with its cluster, or no longer reads).
+_SUMMARY_ROW = re.compile(rb"<TR><TD>(?!<B>)(.*?)</TR>")
+_CELL_TEXT = re.compile(rb"<TD>([^<]+)</TD>")
+#: The fuzzer's nestings: brackets, parentheses, braces, JSON objects and angle brackets.
+OPENERS = [(b"[", b"]"), (b"(", b")"), (b"{", b"}"), (b'{"a":', b"}"), (b"<", b">")]
+SUMMARIES = ("log", DUMPS[0], DUMPS[2])  #: the inputs with summary tables (the combined graph has none)
+
+
+def _cells(data: bytes) -> list[tuple[int, int]]:
+    return [m.span(1) for row in _SUMMARY_ROW.finditer(data) for m in _CELL_TEXT.finditer(data, row.start(), row.end())]
+
+
+def flip_in_cell(data: bytes, cell: int, at: int, bit: int) -> bytes:
+    """One bit of one byte of a summary cell flipped (a NUL becomes \x01, as the fuzzer does)."""
+    a, b = _cells(data)[cell % len(_cells(data))]
+    pos = a + at % (b - a)
+    return data[:pos] + bytes([(data[pos] ^ (1 << bit)) or 1]) + data[pos + 1 :]
+
+
+def nest_in_cell(data: bytes, cell: int, at: int, opener: int, depth: int, closed: bool) -> bytes:
+    """The fuzzer's deep nesting (DEPTH openers, a 1, the closers or none) inside a summary cell."""
+    a, b = _cells(data)[cell % len(_cells(data))]
+    pos = a + at % (b - a + 1)
+    o, c = OPENERS[opener % len(OPENERS)]
+    return data[:pos] + o * depth + b"1" + (c * depth if closed else b"") + data[pos:]
+
+
+def nest_anywhere(data: bytes, at: int, opener: int, depth: int, closed: bool) -> bytes:
+    pos = at % (len(data) + 1)
+    o, c = OPENERS[opener % len(OPENERS)]
+    return data[:pos] + o * depth + b"1" + (c * depth if closed else b"") + data[pos:]
+
+
+def flip_anywhere(data: bytes, at: int, stride: int, bits: int) -> bytes:
+    """The fuzzer's flip: 1 to 8 bytes near one place, one bit each."""
+    out = bytearray(data)
+    for i in range(1 + bits % 8):
+        j = (at + i * stride) % len(out)
+        out[j] = (out[j] ^ (1 << (bits + i) % 8)) or 1
+    return bytes(out)
+
+
+def _mutated_inputs(root: Path, seeds: dict[str, bytes], which: str, edit) -> Path:
+    """The log, or the directory with dump ``which``, edited by ``edit`` (bytes -> bytes)."""
+    if which == "log":
+        path = root / "r.log"
+        path.write_bytes(edit(seeds["log"]))
+        return path
+    path = root / "d"
+    path.mkdir()
+    for name in DUMPS:
+        (path / name).write_bytes(edit(seeds[name]) if name == which else seeds[name])
+    return path
+
+
+def _located_first(err: str, path: Path, which: str) -> str:
+    """stderr's first line, asserted to be ``FILE:LINE:COL: error: ...`` at the edited file."""
+    edited = path if which == "log" else path / which
+    first = err.splitlines()[0] if err else ""
+    assert re.match(rf"{re.escape(str(edited))}:\d+:\d+: error: ", first), err[:2000]
+    assert len(err) < 2000, f"the error quotes its input at length: {len(err):,} characters"
+    return first
+
+
+def _run_all(cases: list[tuple[Path, str]], *extra: str) -> list[tuple[int, str, str]]:
+    """``layerc mem`` on each input, two capped children at a time; each answer checked."""
+    answers = []
+    for batch in range(0, len(cases), 2):
+        runs = []
+        for path, _ in cases[batch : batch + 2]:
+            outdir = path.parent / f"out_{path.name}"
+            argv = ["mem", str(path), "-o", str(outdir), "--no-render", *extra]
+            runs.append((path, outdir, argv, _start(argv)))
+        for path, outdir, argv, proc in runs:
+            rc, out, err = _finish(proc, argv)
+            check_answer(rc, out, err, path, outdir, argv)
+            answers.append((rc, out, err))
+    return answers
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(which=st.sampled_from(SUMMARIES), cell=st.integers(0, 1000), at=st.integers(0, 1000), bit=st.integers(0, 7),
+       json=st.booleans())
+def test_a_flipped_byte_in_a_summary_is_a_located_error(seeds, which, cell, at, bit, json):
+    """A flipped bit in a summary cell of the log or of a DOT dump: exit 1, and the first line of
+    stderr is an error at the edited file (also with ``--json``, where stdout is the JSON)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _mutated_inputs(Path(tmp), seeds, which, lambda d: flip_in_cell(d, cell, at, bit))
+        ((rc, _, err),) = _run_all([(path, which)], *(["--json"] if json else []))
+        assert rc == 1
+        _located_first(err, path, which)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(which=st.sampled_from(SUMMARIES), cell=st.integers(0, 1000), at=st.integers(0, 1000), opener=st.integers(0, 4),
+       depth=st.sampled_from([MAX_NESTING + 1, 1000, 5000, 100_000]), closed=st.booleans())
+def test_deep_nesting_in_a_summary_is_a_located_error(seeds, which, cell, at, opener, depth, closed):
+    """1,000 to 100,000 openers in a summary cell: exit 1, an error at the edited file first on
+    stderr, the nested name quoted in a few dozen characters."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _mutated_inputs(Path(tmp), seeds, which, lambda d: nest_in_cell(d, cell, at, opener, depth, closed))
+        ((rc, _, err),) = _run_all([(path, which)])
+        assert rc == 1
+        _located_first(err, path, which)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(which=st.sampled_from(("log", *DUMPS)), at=st.integers(0, 1 << 20), stride=st.integers(1, 997), bits=st.integers(0, 255),
+       opener=st.integers(0, 4), depth=st.integers(1000, 100_000), closed=st.booleans())
+def test_flips_and_nesting_anywhere_exit_1_only_with_a_located_error(seeds, which, at, stride, bits, opener, depth, closed):
+    """The fuzzer's own flips and nestings, anywhere in the log or a dump: exit 0, or exit 1 with an
+    error at the edited file first on stderr (``check_answer``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "f").mkdir()
+        (root / "n").mkdir()
+        flipped = _mutated_inputs(root / "f", seeds, which, lambda d: flip_anywhere(d, at, stride, bits))
+        nested = _mutated_inputs(root / "n", seeds, which, lambda d: nest_anywhere(d, at, opener, depth, closed))
+        for rc, _, err in _run_all([(flipped, which), (nested, which)]):
+            assert rc == 0 or len(err) < 2000, f"the error quotes its input at length: {len(err):,} characters"
+
+
+#: What the fuzzer found, pinned: (which input, old, new, the first line of stderr after the path).
+VERDICTS = {
+    "a flip in the log": ("log", b"<TD>dpT</TD>", b"<TD>fpT</TD>",
+                          ":355:9: error: TMEM summary row of 'dpT' disagrees with its cluster: name 'fpT' vs 'dpT'"),
+    "a flip in a DOT dump": (DUMPS[2], b"<TD>[56-69)</TD>", b"<TD>[57-69)</TD>",
+                             ":86:9: error: TMEM summary row of 'dpT' disagrees with its cluster: liveness [57-69) vs [56-69)"),
+    "nesting in the log": ("log", b'label="dpT 128x128', b'label="dpT' + b"(" * 30_000 + b"1" + b")" * 30_000 + b" 128x128",
+                           f":355:9: error: TMEM summary row of 'dpT{'(' * 76}… (60,004 characters)' disagrees with its cluster: "
+                           f"name 'dpT' vs 'dpT{'(' * 76}… (60,004 characters)'"),
+    "nesting in a DOT dump": (DUMPS[2], b"<TD>dpT</TD>", b"<TD>dpT" + b"[" * 5000 + b"1</TD>",
+                              f":86:9: error: TMEM summary row of 'dpT' disagrees with its cluster: name 'dpT{'[' * 76}… (5,004 characters)' "
+                              "vs 'dpT'"),
+}
+
+
+def test_the_fuzzers_silent_exits_now_say_why(seeds, tmp_path):
+    """Each exited 1 with nothing on stderr: the input read, the checks found errors, and only the
+    report on stdout said so. Now: the first error, its source line and a caret, then how many."""
+    cases = []
+    for i, (which, old, new, _) in enumerate(VERDICTS.values()):
+        (tmp_path / str(i)).mkdir()
+        cases.append((_mutated_inputs(tmp_path / str(i), seeds, which, lambda d, old=old, new=new: _edited(d, (old, new))), which))
+    for (rc, out, err), (path, which), (_, _, _, want) in zip(_run_all(cases), cases, VERDICTS.values()):
+        assert rc == 1 and re.search(r"^1 kernel\(s\); [1-9]\d* error\(s\)", out, re.M), out[-2000:]
+        first = _located_first(err, path, which)
+        assert first.startswith(str(path if which == "log" else path / which) + want), first
+        lines = err.rstrip("\n").split("\n")
+        assert lines[2].strip() == "^" and (len(lines) == 3 or lines[3].startswith("layerc mem: note: ")), err
+
+
+def test_warnings_under_werror_are_a_located_error(seeds, tmp_path):
+    """A warning only: exit 0 and a quiet stderr; with --werror, exit 1 and the warning first on
+    stderr as an error, marked [--werror]."""
+    path = _mutated_inputs(tmp_path, seeds, DUMPS[1], lambda d: _edited(d, (b'label="Partition 0"', b'label="Partition 1"')))
+    rc, out, err = run_layerc("mem", path, "--no-render")
+    assert rc == 0 and err == "" and "warning: cluster_partition_0 is labelled 'Partition 1'" in out, err
+    rc, out, err = run_layerc("mem", path, "--no-render", "--werror")
+    first, source, caret = err.rstrip("\n").split("\n")
+    assert rc == 1 and first == f"{path / DUMPS[1]}:10:12: error: cluster_partition_0 is labelled 'Partition 1' [--werror]", err
+    assert source[caret.index("^"):].startswith("cluster_partition_0 {"), err
+
+
+def test_errors_without_a_place_name_the_input(seeds, tmp_path, monkeypatch):
+    """Nesting past Python's stack, memory running out, a kernel the input lacks: the error names
+    the input (never ``layerc: error:``, never an exit 1 with nothing said)."""
+    import layerc.grammar.ws_memory as ws_memory
+
+    path = tmp_path / "r.log"
+    path.write_bytes(seeds["log"])
+    rc, _, err = run_layerc("mem", path, "--kernel", "nope", "--no-render")
+    assert rc == 1 and err.startswith(f"{path}: error: no kernel 'nope' (kernels: 0:_attn_bwd)"), err
+    for exc, says in ((RecursionError, "the input nests deeper than layerc can follow"), (MemoryError, "out of memory reading the input")):
+        def read(p, exc=exc):
+            raise exc()
+        monkeypatch.setattr(ws_memory, "read_ws_memory", read)
+        rc, _, err = run_layerc("mem", path, "--no-render", "-o", tmp_path / "out")
+        assert rc == 1 and err == f"{path}: error: {says}\n", err
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_finding_quotes_a_huge_name_in_a_few_dozen_characters():
+    from layerc.ir.memory import MAX_MESSAGE, MAX_QUOTED, quoted
+
+    assert quoted("k") == "k" and quoted(None) == ""
+    shown = quoted("a" * 1_000_000)
+    assert shown == "a" * (MAX_QUOTED - 1) + "… (1,000,000 characters)"
+    m = MemoryModule("x")
+    k = Kernel(0, "k")
+    f = m.add(k, "error", "c", "y" * 10 * MAX_MESSAGE)
+    assert len(f.message) == MAX_MESSAGE
+    assert m.diagnostic(f) == f"x: error: {f.message}"  # no file, no place: the input's name
 
 
 # -- pictures never sized by the data ---------------------------------------------------------------

@@ -7,7 +7,9 @@ every finding, and with ``-o`` writes per kernel: the clean DOT of each graph an
 (Graphviz), a liveness chart, with ``--combine`` all of them stacked into one PNG (and, when the
 input has several kernels, every kernel's into ``all.png``); for the whole input a JSON report and
 a Perfetto trace. Exit status 1 when a check reports an error (with
-``--werror``, a warning too).
+``--werror``, a warning too); then the first such finding is also on stderr, as a located error
+(``file:line:col: error: ...``, the source line, a caret), and so is every other failure: an exit 1
+never comes with an empty stderr.
 """
 
 from __future__ import annotations
@@ -55,6 +57,21 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Every way ``mem`` fails prints a located error first on stderr: an error in the input (the
+    reader's, raised), a check's error (or with ``--werror`` a warning) that decides the exit
+    status (the first one, then how many; the report on stdout lists them all), and input that
+    nests deeper than Python's stack or needs more memory than there is (at the input)."""
+    from layerc.ir.diagnostics import LayercError
+
+    try:
+        return _run(args)
+    except RecursionError:
+        raise LayercError("the input nests deeper than layerc can follow", str(args.input)) from None
+    except MemoryError:
+        raise LayercError("out of memory reading the input", str(args.input)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from layerc.backends.mem_report import counts
     from layerc.grammar.ws_memory import read_ws_memory
 
@@ -78,7 +95,25 @@ def run(args: argparse.Namespace) -> int:
 
         show(module, Console(highlight=False, soft_wrap=True), written)
     c = counts(module)
-    return 1 if c["error"] or (args.werror and c["warning"]) else 0
+    failed = c["error"] or (args.werror and c["warning"])
+    if failed:
+        _verdict(module, args.werror, c)
+    return 1 if failed else 0
+
+
+def _verdict(module, werror: bool, c: dict[str, int]) -> None:
+    """The exit status is 1 because of the checks' findings: say so on stderr, the first finding
+    that decides it as a located error (``file:line:col: error: ...``, its source line and a
+    caret), then how many there are. (The findings are part of the report, on stdout, which a
+    caller may send elsewhere or read as JSON: an exit 1 never comes with an empty stderr.)"""
+    severity = "error" if c["error"] else "warning"
+    first = next(f for f in module.findings if f.severity == severity)
+    sys.stdout.flush()  # the report first, where both streams are one terminal
+    sys.stderr.write(module.diagnostic(first, "error", "" if severity == "error" else " [--werror]") + "\n")
+    failing = c["error"] + (c["warning"] if werror else 0)
+    if failing > 1:
+        kinds = f"{c['error']} error(s)" + (f" and {c['warning']} warning(s) (--werror)" if werror and c["warning"] else "")
+        sys.stderr.write(f"layerc mem: note: {kinds} in all; the report lists every finding\n")
 
 
 def _pipeline(args: argparse.Namespace):
@@ -113,7 +148,7 @@ def _select(module, wanted: list[str]) -> list:
         hits = [k for k in module.kernels if k.name == w or (w.isdigit() and k.index == int(w))]
         if not hits:
             names = ", ".join(f"{k.index}:{k.name[:80]}" for k in module.kernels[:20]) + (", ..." if len(module.kernels) > 20 else "")
-            raise LayercError(f"no kernel '{w[:80]}' in {module.source} (kernels: {names})")
+            raise LayercError(f"no kernel '{w[:80]}' (kernels: {names})", module.source)
         chosen += [k for k in hits if k not in chosen]
     return chosen
 
