@@ -258,9 +258,9 @@ def _check(result: Result, run: _Run, inputs: list[Path], before: list[str], out
 
 
 def _check_error_line(result: Result, run: _Run) -> None:
-    """Exit 1 must come with a located error. Three forms are allowed and reported as findings:
-    ``layerc: error:`` (names no file), warnings printed before the located error, and a verdict
-    exit (``mem``: its located errors in the report on stdout, nothing on stderr)."""
+    """Exit 1 must come with a located error on stderr. Two forms are allowed and reported as
+    findings: ``layerc: error:`` (names no file) and warnings printed before the located error.
+    An exit 1 with nothing on stderr fails, even where a report on stdout holds the errors."""
     m = ERROR_LINE.match(result.first_line)
     later = next((line for line in run.stderr.splitlines()[1:] if ERROR_LINE.match(line)), None)
     if m and m.group("file") == "layerc":
@@ -270,8 +270,6 @@ def _check_error_line(result: Result, run: _Run) -> None:
     elif later and all(": warning: " in line or line.startswith(" ") for line in
                        run.stderr.splitlines()[: run.stderr.splitlines().index(later)]):
         result.findings.append("warnings before the error: its first line is a warning")
-    elif not run.stderr.strip() and re.search(r"(?m)^[^:\n]+:\d+:\d+: error: ", run.stdout):
-        result.findings.append("exit 1 with nothing on stderr: its located errors are on stdout")
     else:
         result.failures.append("exit 1 without a 'file[:line[:col]]: error:' first line")
 
