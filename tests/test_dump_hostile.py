@@ -12,12 +12,8 @@ the pipeline parser, run in-process on many more mutations.
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import resource
-import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests import capped
 from layerc.grammar.dumps import decode, parse_and_verify
 from layerc.grammar._lark import MAX_NESTING
 from layerc.ir.diagnostics import LayercError
@@ -33,7 +30,6 @@ from layerc.passes.registry import get_all_passes
 
 from layerc_cli import run_layerc
 
-LAYERC = Path(sys.executable).with_name("layerc")
 MEMORY = 2 << 30  #: address space of a child layerc
 TIMEOUT = 60  #: seconds a child may run (a clean run takes a fraction of one)
 KINDS = ("ad", "ad_symbolic", "fx")
@@ -148,24 +144,13 @@ def mutated(data: bytes, ms: list[tuple]) -> bytes:
 # -- running layerc on it --------------------------------------------------------------------------
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-
 def _start(argv: list[str]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "LAYERC_TRACEBACK"}
-    return subprocess.Popen([str(LAYERC), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=_capped, start_new_session=True)
+    return capped.start(argv, memory=MEMORY, stdout=subprocess.DEVNULL)
 
 
 def _finish(proc: subprocess.Popen, argv: list[str]) -> tuple[int, str]:
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"layerc {' '.join(argv)[:200]} ran past {TIMEOUT} s")
-    return proc.returncode, err.decode("utf-8", "replace")
+    done = capped.finish(proc, argv, TIMEOUT)
+    return done.returncode, done.stderr
 
 
 def check_answer(rc: int, err: str, where: str, argv: list[str]) -> None:

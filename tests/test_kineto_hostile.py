@@ -13,12 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import resource
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests import capped
 from layerc.grammar import kineto
 from layerc.grammar.kineto import MAX_EVENT, MAX_NESTING, read_kineto
 from layerc.grammar.traces import read_trace
@@ -35,7 +31,6 @@ from layerc.ir.trace import TIME_LIMIT
 
 from layerc_cli import run_layerc
 
-LAYERC = Path(sys.executable).with_name("layerc")
 MEMORY = 2 << 30  #: address space of a child layerc
 TIMEOUT = 60  #: seconds a child may run (a clean run takes about one)
 REAL = ("hta_triton_a100.json.gz", "hta_minitoy_mi250.json.gz")
@@ -133,24 +128,10 @@ def mutated(data: bytes, ms: list[tuple], seeds: list[bytes]) -> bytes:
 # -- running layerc on it --------------------------------------------------------------------------
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-
 def run_trace(path: Path, *extra: str) -> tuple[int, str]:
-    """``layerc trace PATH`` in a child capped in memory and time (its process group killed on
-    timeout): its exit status and stderr."""
-    env = {k: v for k, v in os.environ.items() if k != "LAYERC_TRACEBACK"}
-    argv = [str(LAYERC), "trace", str(path), *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=_capped, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"layerc trace {path.name} ran past {TIMEOUT} s")
-    return proc.returncode, err.decode("utf-8", "replace")
+    """``layerc trace PATH`` in a capped child (tests/capped.py): its exit status and stderr."""
+    done = capped.run(["trace", path, *extra], memory=MEMORY, timeout=TIMEOUT)
+    return done.returncode, done.stderr
 
 
 def check_answer(rc: int, err: str, path: Path) -> None:

@@ -5,22 +5,17 @@ internal error, never an allocation sized by an id."""
 
 from __future__ import annotations
 
-import os
-import resource
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import capped
 from layerc.grammar.nsys import ANY, SCHEMA, read_nsys
 from layerc.ir.diagnostics import LayercError, ParseError
 from layerc.tools.gen_nsys import generate
 
-LAYERC = Path(sys.executable).parent / "layerc"
 MEMORY, TIMEOUT = 1 << 30, 60
 #: values of every storage class but INTEGER, as SQL literals, and the class SQLite stores them as
 WRONG = {"'text'": "TEXT", "x'00ff'": "BLOB", "''": "TEXT"}
@@ -151,21 +146,9 @@ def test_a_string_id_stringids_lacks_is_named(export, tmp_path):
     assert e.value.message == f"CUPTI_ACTIVITY_KIND_KERNEL.demangledName: string id 123456789012 is not in StringIds (row {row})"
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-
 def _layerc(*argv: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "LAYERC_TRACEBACK"}
-    proc = subprocess.Popen([str(LAYERC), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=_capped, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"layerc {' '.join(argv)} ran past {TIMEOUT} s")
-    return proc.returncode, out.decode(), err.decode("utf-8", "replace")
+    done = capped.run(argv, memory=MEMORY, timeout=TIMEOUT)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("shift", [1 << 30, 10**15, (1 << 62)])

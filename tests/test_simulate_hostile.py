@@ -15,10 +15,7 @@ import math
 import os
 import random
 import re
-import resource
-import signal
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import capped
 from layerc.grammar.hf_config import MAX_SIZE
 from layerc.passes.cost import MAX_LAUNCH_US, MAX_TP
 from layerc.tools.profile import MAX_RUNS
@@ -193,22 +191,8 @@ def write_mutant(path: Path, text: str) -> bytes:
 
 
 def run_capped(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    """``layerc ARGS`` in its own session with a capped address space; the whole group killed on timeout."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    env.pop("LAYERC_TRACEBACK", None)
-    proc = subprocess.Popen([sys.executable, "-m", "layerc.tools.driver", *map(str, args)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            preexec_fn=limit, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"layerc {' '.join(map(str, args))} ran past {TIMEOUT} s")
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+    """``layerc ARGS`` in a capped child (tests/capped.py)."""
+    return capped.run(args, memory=MEMORY, timeout=TIMEOUT, cwd=cwd)
 
 
 def check_mutant(mutant: Path, data: bytes, args: list, outputs: list[Path], cwd: Path) -> None:
