@@ -18,6 +18,12 @@ Closed forms (``|x|`` = bytes of tensor ``x``; every input read once, the result
 - attention, q ``[B,Hq,Sq,d]`` over L keys: FLOPs ``2·B·Hq·pairs·(d + dv)``, ``pairs = Sq·L``,
   or ``Sq·(L−Sq) + Sq·(Sq+1)/2`` when causal; bytes ``|q| + |k| + |v| + |out|`` (flash: the
   scores never reach memory). MLA's latent cache is ``|k|`` only (values are its first dv channels).
+  The FLOPs need only the per-token widths ``Hq·d`` and ``Hq·dv``, so any layout whose tokens
+  and widths the shapes tell apart is costed: ``[..., Sq, d]`` (scaled_dot_product_attention's
+  own, any rank from 2: ``[Sq, Hq·d]`` is one sequence of flattened heads), ``[B, Sq, Hq, d]``
+  (a ``bsnd`` layout argument or op name); for ops that own a paged cache ``[B, S, Hq, d]``,
+  ``[B, S, Hq·d]`` and ``[T, Hq·d]`` (AutoDeploy's flattened heads) and ``[T, Hq, d]``, the
+  sequences coming from the batch's ``seq_len`` metadata where the shape does not give them.
 - moe (fused experts, T tokens, top-k of E): FLOPs ``2·T·k·(N₁·H + H·I)``; bytes: the inputs,
   the weights of the experts the tokens reach — ``E·(1 − (1 − k/E)^T)`` on average under uniform
   routing — and the per-assignment intermediates ``T·k·(2·N₁ + 2·I + H)`` elements.
@@ -28,7 +34,11 @@ Closed forms (``|x|`` = bytes of tensor ``x``; every input read once, the result
 - collective (all-reduce): ring ``2·(p−1)/p·|x|`` over the interconnect + latency (``tp``).
 
 Attention ops that own a paged cache (AutoDeploy's ``*_attention_*_with_cache``,
-``*_mla_with_cache``) take the key count from ``kv_len``. Results: ``meta['cost']`` (an OpCost)
+``*_mla_with_cache``) take the key count from ``kv_len``. Metadata ops (``*_prepare_metadata``)
+cost a pass over their inputs and outputs. An op whose shapes its closed form cannot read (a rank
+or a layout it does not know, an ambiguous one, fewer operands than it needs) gets an unknown cost
+— ``bound='unknown'``, ``known=False``, no FLOPs or bytes counted, only its launch — with one
+warning that names it, rather than an error or a guessed number. Results: ``meta['cost']`` (an OpCost)
 on each op, ``meta['cost']`` (totals) on the graph; ``ctx.analyses['hardware']``.
 A ``ctx.inputs['hardware']`` Hardware (a calibrated host, say) overrides ``hw``.
 
@@ -224,6 +234,7 @@ _KIND_PATTERNS = (
               r"|chunk|slice|select|detach|alias|unflatten|flatten|as_strided|\w*_passthrough)$"),
     ("collective", r"all_reduce|allreduce|all_gather|allgather|reduce_scatter|all_to_all"),
     ("kv_cache", r"kv_cache_update|cache_update|kv_cache_write"),
+    ("metadata", r"prepare_metadata"),  # flashinfer_attention_prepare_metadata: indices for the attention op
     ("attention", r"attention|(^|_)mha|sdpa|scaled_dot_product|flash_attn|mla_with_cache"),
     ("moe", r"moe(?!_gate)|experts"),
     ("router", r"topk_router|noaux_tc|topk_softmax|router(?!_gemm)|fused_topk|^topk$"),
@@ -272,7 +283,8 @@ class OpCost:
     compute_ns: float = 0.0
     memory_ns: float = 0.0
     overhead_ns: float = 0.0
-    bound: str = "-"  #: the larger roofline term: ``compute`` or ``memory`` (``-`` for aliases)
+    bound: str = "-"  #: the larger roofline term: ``compute`` or ``memory`` (``-`` for aliases, ``unknown``)
+    known: bool = True  #: False: shapes the closed form cannot read; FLOPs and bytes are not counted
 
     @property
     def is_kernel(self) -> bool:
@@ -344,8 +356,13 @@ def shape(v, rank: int | tuple[int, ...] | None = None, min_rank: int = 0) -> tu
     ranks = (rank,) if isinstance(rank, int) else rank
     if (ranks is not None and len(t.shape) not in ranks) or len(t.shape) < min_rank:
         want = " or ".join(map(str, ranks)) if ranks is not None else f"at least {min_rank}"
-        raise LayercError(f"{name} has shape {t.shape_text()}: the closed form needs rank {want}")
+        raise Unclear(f"{name} has shape {t.shape_text()}: the closed form needs rank {want}")
     return t.shape  # type: ignore[return-value]
+
+
+class Unclear(LayercError):
+    """Shapes an op's closed form cannot read (a rank or layout it does not know, too few
+    operands): the op's cost is unknown, with a warning, not an error and not a guess."""
 
 
 def _tensor_inputs(node: Node) -> list[Value]:
@@ -354,11 +371,10 @@ def _tensor_inputs(node: Node) -> list[Value]:
 
 
 def _operands(node: Node, count: int) -> list[Value]:
-    """The first ``count`` tensor inputs a closed form reads; a LayercError at the node when it has fewer."""
+    """The first ``count`` tensor inputs a closed form reads; ``Unclear`` (an unknown cost) when it has fewer."""
     ins = _tensor_inputs(node)
     if len(ins) < count:
-        raise LayercError(f"'%{node.name}' ({op_name(node.target or '?')}) has {len(ins)} tensor input"
-                          f"{'s' if len(ins) != 1 else ''} with a known type; its cost needs {count}", loc=node.loc)
+        raise Unclear(f"{len(ins)} tensor input{'s' if len(ins) != 1 else ''} with a known type; its cost needs {count}")
     return ins[:count]
 
 
@@ -592,29 +608,37 @@ class CostModel(ModulePass):
 
     def _cost_graphs(self, ctx: Context, module: Module, hw: Hardware) -> None:
         unknown: set[str] = set()
+        unclear: list[str] = []
         for graph in module.graphs:
             _require_shapes(graph)
-            totals = {"flops": 0, "bytes": 0, "time_ns": 0.0, "kernels": 0}
+            totals = {"flops": 0, "bytes": 0, "time_ns": 0.0, "kernels": 0, "unknown": 0}
             for node in graph.nodes:
                 if node.kind != OP:
                     continue
-                c = self.op_cost(node, hw, unknown)
+                c = self.op_cost(node, hw, unknown, unclear)
                 node.meta["cost"] = c
                 if c.is_kernel:
                     totals["flops"] += c.flops
                     totals["bytes"] += c.bytes
                     totals["time_ns"] += c.time_ns
                     totals["kernels"] += 1
+                    totals["unknown"] += not c.known
             _check_totals(graph, totals, hw)
             graph.meta["cost"] = totals
         if unknown:
             ctx.warn(f"cost: no closed form for {', '.join(sorted(unknown))}: charged as one pass over their "
                      f"inputs and outputs")
+        if unclear:
+            more = f" (and {len(unclear) - 3} more)" if len(unclear) > 3 else ""
+            ctx.warn(f"cost: unknown for {len(unclear)} op{'s' if len(unclear) != 1 else ''}, whose shapes the closed "
+                     f"form cannot read: {'; '.join(unclear[:3])}{more}; each counts only its launch, no FLOPs or bytes")
         if self.tp == 1 and any(n.meta.get("cost") and n.meta["cost"].kind == "collective" for g in module.graphs for n in g.nodes):
             ctx.warn("cost: the graph has collectives but tp=1: they cost only their launch (set tp)")
 
     # -- one op ------------------------------------------------------------------------------
-    def op_cost(self, node: Node, hw: Hardware, unknown: set | None = None) -> OpCost:
+    def op_cost(self, node: Node, hw: Hardware, unknown: set | None = None, unclear: list | None = None) -> OpCost:
+        """The op's cost; one whose shapes its closed form cannot read is an unknown cost, its
+        reason added to ``unclear``."""
         kind = op_kind(node)
         if kind is None:
             if unknown is not None:
@@ -625,6 +649,12 @@ class CostModel(ModulePass):
         _check_sizes(node)
         try:
             flops, moved, dtype = _FORMULAS[kind](self, node)
+        except Unclear as e:
+            if unclear is not None:
+                where = f"{node.loc.line}:{node.loc.column}: " if node.loc is not None else ""
+                unclear.append(f"{where}'%{node.name}' ({op_name(node.target or '?')}): {e.message}")
+            overhead = hw.launch_overhead_us * 1e3
+            return OpCost(kind, 0, 0, overhead, 0.0, 0.0, overhead, "unknown", known=False)
         except LayercError as e:  # an operand's shape: say whose cost needs it, at the op
             if e.loc is None:
                 e.loc = node.loc
@@ -674,27 +704,81 @@ class CostModel(ModulePass):
             return self._paged_attention(node)
         q, k, v = (_positional_tensors(node) + [None, None, None])[:3]
         if q is None or k is None:
-            raise LayercError(f"'%{node.name}' ({name}): attention's cost needs its query and key tensors", loc=node.loc)
-        b, hq, sq, d = shape(q, rank=4)
-        kv_len = shape(k, min_rank=2)[-2]
-        dv = shape(node, min_rank=1)[-1]
+            raise Unclear("attention's cost needs its query and key tensors")
+        qs, ks = shape(q, min_rank=2), shape(k, min_rank=2)
+        out = shape(node, min_rank=2) if isinstance(node.type, TensorType) else None
+        if out is None:
+            raise Unclear("attention's cost needs its result as one tensor")
+        if _layout(node) == "bsnd":  # [B, Sq, Hq, d], keys [B, L, Hkv, d]
+            if len(qs) != 4 or len(ks) != 4 or len(out) != 4:
+                raise Unclear(f"a bsnd layout needs 4-D q, k and result, not {_dims(qs)}, {_dims(ks)}, {_dims(out)}")
+            batch, sq, d, kv_len = qs[0] * qs[2], qs[1], qs[3], ks[1]
+        else:  # scaled_dot_product_attention's [..., Sq, d] over keys [..., L, d]: any rank from 2
+            batch, sq, d, kv_len = math.prod(qs[:-2]), qs[-2], qs[-1], ks[-2]
+            if math.prod(ks[:-2]) == 0 or batch % math.prod(ks[:-2]):
+                raise Unclear(f"keys {_dims(ks)} do not pair with queries {_dims(qs)} (the leading dims of q "
+                              "must be a multiple of k's)")
+        if out[:-1] != qs[:-1]:
+            raise Unclear(f"result {_dims(out)} is not one row per query of {_dims(qs)}")
+        dv = out[-1]
         causal = next((a for a in node.args[3:] if isinstance(a, bool)), True)
-        flops = 2 * b * hq * _pairs(sq, kv_len, causal) * (d + dv)
+        flops = 2 * batch * _pairs(sq, kv_len, causal) * (d + dv)
         moved = sum(nbytes(x) for x in (q, k, v) if x is not None) + nbytes(node)
         return flops, moved, _dtype(q)
 
     def _paged_attention(self, node: Node):
-        """``q, k, v`` new rows ``[B, S, H, d]`` (or ``[T, H, d]``), the cache among the other inputs."""
+        """``q, k, v`` the new rows, the cache and the batch's metadata among the other inputs.
+        Only tokens and per-token widths matter (``Hq·d``, ``Hkv·d``...), so the layouts are read as
+        tokens × width: ``[B, S, H, d]``; ``[B, S, H·d]`` and ``[T, H·d]`` (heads flattened, as
+        AutoDeploy's flattened ops take them); ``[T, H, d]``, told from ``[B, S, H·d]`` by the
+        cache's head size. B sequences of S tokens each, or T tokens split into the sequences the
+        ``seq_len`` metadata counts."""
         q, k, v = _operands(node, 3)
-        qs, ks = shape(q, rank=(3, 4)), shape(k, min_rank=2)
-        hq, d, hkv = qs[-2], qs[-1], ks[-2]
-        b, s = (qs[0], qs[1]) if len(qs) == 4 else (1, qs[0])
-        dv = shape(node, min_rank=1)[-1]
+        qs, ks, vs = shape(q, min_rank=2), shape(k, min_rank=2), shape(v, min_rank=2)
+        out = shape(node, min_rank=2) if isinstance(node.type, TensorType) else None
+        if out is None:
+            raise Unclear("attention's cost needs its result as one tensor")
+        if len(qs) > 4:
+            raise Unclear(f"q has shape {_dims(qs)}: the closed form reads rank 2, 3 or 4")
+        lead = 2 if len(qs) == 4 else 1 if len(qs) == 2 else self._lead3(node, qs)
+        tokens = math.prod(qs[:lead])
+        if lead == 2:
+            b, s = qs[0], qs[1]
+        else:  # T tokens: the batch's metadata says how many sequences
+            b = _sequences(node)
+            if b is None:
+                raise Unclear(f"q {_dims(qs)} holds {tokens} tokens, and no seq_len metadata says how many "
+                              "sequences they are")
+            if b <= 0 or tokens % b:
+                raise Unclear(f"{tokens} tokens do not split into the {b} sequences the seq_len metadata counts")
+            s = tokens // b
+        if tokens == 0:  # an empty batch: nothing computed, nothing read from the cache
+            return 0, nbytes(q) + nbytes(k) + nbytes(v) + nbytes(node), _dtype(q)
+        widths = []
+        for x, xs in (("q", qs), ("k", ks), ("v", vs), ("result", out)):
+            if (len(xs) == len(qs) and xs[:lead] != qs[:lead]) or math.prod(xs) % tokens:
+                raise Unclear(f"{x} {_dims(xs)} does not have the {tokens} token rows of q {_dims(qs)}")
+            widths.append(math.prod(xs) // tokens)
+        q_w, k_w, v_w, out_w = widths
         kv_len = self._kv_len(node, s)
         e = element_bytes(_dtype(k) or "torch.bfloat16") or 2
-        flops = 2 * b * hq * _pairs(s, kv_len, True) * (d + dv)
-        moved = nbytes(q) + nbytes(k) + nbytes(v) + nbytes(node) + b * hkv * (kv_len * (d + dv) + s * (d + dv)) * e
+        flops = 2 * b * _pairs(s, kv_len, True) * (q_w + out_w)
+        moved = nbytes(q) + nbytes(k) + nbytes(v) + nbytes(node) + b * (kv_len + s) * (k_w + v_w) * e
         return flops, moved, _dtype(q)
+
+    @staticmethod
+    def _lead3(node: Node, qs: tuple) -> int:
+        """How many leading dims of a 3-D q count tokens: 1 for ``[T, H, d]``, 2 for ``[B, S, H·d]``,
+        told apart by the head size of the cache (its last dim)."""
+        d = _cache_head_dim(node)
+        if d is None:
+            raise Unclear(f"q {_dims(qs)} may be [T, H, d] or [B, S, H·d], and no cache among the inputs gives the "
+                          "head size that tells them apart")
+        if qs[-1] == d:
+            return 1
+        if d and qs[-1] % d == 0:
+            return 2
+        raise Unclear(f"q {_dims(qs)}: its last dim is neither the cache's head size {d} nor a multiple of it")
 
     def _mla_with_cache(self, node: Node):
         """``q_nope [B,S,H,P], q_pe [B,S,H,R], ckv [B,S,C], kpe [B,S,1,R], kv_b weight [H(P+V), C]``."""
@@ -706,6 +790,11 @@ class CostModel(ModulePass):
         flops = 2 * b * s * h * p * c + 2 * b * h * _pairs(s, kv_len, True) * (2 * c + r) + 2 * b * s * h * c * v
         moved = sum(nbytes(x) for x in (q_nope, q_pe, ckv, kpe, kv_b)) + nbytes(node) + b * (kv_len + s) * (c + r) * e
         return flops, moved, _dtype(q_nope)
+
+    def _metadata(self, node: Node):
+        """Index arithmetic for the attention ops (page tables, positions): no FLOPs worth counting,
+        one pass over its inputs and results."""
+        return 0, _io(node), None
 
     def _kv_len(self, node: Node, new: int) -> int:
         if self.kv_len <= 0:
@@ -857,6 +946,51 @@ def _lowest(values) -> str:
     return min(dtypes, key=lambda d: element_bytes(d) or 8) if dtypes else "torch.bfloat16"
 
 
+def _dims(shape_: tuple) -> str:
+    return "x".join(map(str, shape_)) if shape_ else "scalar"
+
+
+def _layout(node: Node) -> str:
+    """``bsnd`` when an argument or the op's name says the tensors are ``[B, S, H, d]``, else
+    ``bnsd`` (scaled_dot_product_attention's)."""
+    for a in (*node.args, *node.kwargs.values()):
+        if isinstance(a, str) and a.lower() in ("bsnd", "bnsd"):
+            return a.lower()
+    return "bsnd" if "bsnd" in op_name(node.target or "") else "bnsd"
+
+
+#: Metadata inputs that count the sequences of a batch (AutoDeploy's names): one entry a sequence,
+#: or one more (cumulative offsets).
+_SEQ_LEN = re.compile(r"(?:^|_)(seq_len|seq_lens|seqlens|seq_len_with_cache|last_page_len)(?:_host)?$")
+_CU_SEQ_LEN = re.compile(r"(?:^|_)(cu_seqlen|cu_seqlens|cu_seq_len|seq_start)(?:_host)?$")
+
+
+def _sequences(node: Node) -> int | None:
+    """The sequences of the batch, from a 1-D integer ``seq_len``-like input (or cumulative
+    ``cu_seqlen`` offsets, one more); None when no input says."""
+    for v in _tensor_inputs(node):
+        t = _tensor(v)
+        if t is None or len(t.shape) != 1 or not (t.dtype or "").startswith("torch.int"):
+            continue
+        if _SEQ_LEN.search(v.name):
+            return t.shape[0]
+    for v in _tensor_inputs(node):
+        t = _tensor(v)
+        if t is not None and len(t.shape) == 1 and (t.dtype or "").startswith("torch.int") and _CU_SEQ_LEN.search(v.name):
+            return t.shape[0] - 1
+    return None
+
+
+def _cache_head_dim(node: Node) -> int | None:
+    """The head size of the paged cache among the inputs (its last dim: ``[pages, 2, page, Hkv, d]``,
+    ``[pages, page, Hkv, d]``), the first input past q, k, v of rank 4 or more."""
+    for v in _tensor_inputs(node)[3:]:
+        t = _tensor(v)
+        if t is not None and len(t.shape) >= 4 and not (t.dtype or "").startswith("torch.int"):
+            return t.shape[-1]
+    return None
+
+
 def _pairs(sq: int, kv_len: int, causal: bool) -> int:
     """Query-key pairs a flash kernel computes; causal queries sit at the last ``sq`` positions
     (with more queries than keys, the first ones see none)."""
@@ -880,6 +1014,7 @@ _FORMULAS = {
     "moe": CostModel._moe,
     "fused_mlp": CostModel._fused_mlp,
     "kv_cache": CostModel._kv_cache,
+    "metadata": CostModel._metadata,
     "norm": _vector("norm"),
     "rope": CostModel._rope,
     "softmax": _vector("softmax"),

@@ -12,9 +12,13 @@ call below it (the kernel-trace side) until calls the kernel table names. A call
 different conditions (``DeepseekV2MoE`` vs ``DeepseekV2MLP``) becomes one branch per class.
 
 The tree is bounded whatever the source: containers nest ``MAX_EXPAND_DEPTH`` deep, the kernel
-search follows calls ``MAX_KERNEL_DEPTH`` deep, and the whole tree examines at most
-``MAX_TREE_CALLS`` call sites (a call graph whose functions share callees has exponentially
-many paths); each bound that cuts says so once, as a warning at the place it cut.
+search follows calls ``MAX_KERNEL_DEPTH`` deep, and the work is counted where it multiplies:
+the whole tree examines at most ``MAX_TREE_CALLS`` call sites and callee alternatives (a call
+graph whose functions share callees has exponentially many paths), lists at most
+``MAX_TREE_KERNELS`` kernel call steps (call sites × alternatives × the kernels each reaches),
+and the kernel search merges at most ``MAX_KERNEL_SEARCH`` call chains; the resolver below it
+counts its own work (``pyresolve.MAX_CONTEXT_WORK``). Each bound that cuts says so once, as a
+warning at the place it cut.
 """
 
 from __future__ import annotations
@@ -27,15 +31,23 @@ from typing import Iterator
 from layerc.ir.optree import BRANCH, OP, ROOT, ChainStep, KernelSite, OpNode, OpTree, Site
 from layerc.passes.kernel_calls import KernelCalls, KernelKind
 from layerc.passes.pyresolve import (ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Thunks, Unknown, Value,
-                                     _bind_exprs, cond_text, is_triton_jit)
+                                     _bind_exprs, cond_text, is_triton_jit, source_text)
 
 MAX_EXPAND_DEPTH = 24  #: nested containers
 MAX_TOUCH_DEPTH = 3  #: calls followed to see whether library code calls the model's modules
 #: Calls followed down from an op to the kernels it reaches (sglang's deepest chain: 15).
 MAX_KERNEL_DEPTH = 32
-#: Call sites the tree examines in all: the tree of a call graph with shared callees grows as
-#: the number of paths through it (exponential in its depth); real models examine under 2,000.
+#: Call sites the tree examines in all, and the callee alternatives of each: the tree of a call
+#: graph with shared callees grows as the number of paths through it (exponential in its depth);
+#: sglang's DeepSeek examines 2,700.
 MAX_TREE_CALLS = 20_000
+#: Kernel call steps the tree lists in all (each kernel an op can launch, weighted by the length
+#: of its call chain): a call site with many alternatives that each reach many kernels multiplies
+#: them. sglang's DeepSeek lists 90,000.
+MAX_TREE_KERNELS = 300_000
+#: Call chains the kernel search merges in all (a function's kernels are the union of its
+#: callees'): sglang's DeepSeek merges 43,000.
+MAX_KERNEL_SEARCH = 1_000_000
 #: Conditions longer than this are shown as written, not read as enum dispatches.
 MAX_ENUM_TEST = 400
 _ENUM_TEST = re.compile(r"^[\w.\[\]()]+\s*(?:==|is)\s*(?:[\w]+\.)+([A-Z][A-Z0-9_]*)$")
@@ -60,7 +72,7 @@ def annotation(cond: str, limit: int = 60) -> str:
 
 def call_label(call: ast.Call, limit: int = 70) -> str:
     func = call.func.value if isinstance(call.func, ast.Subscript) and not _is_index(call.func) else call.func
-    text = " ".join(ast.unparse(func).split())
+    text = source_text(func)  # cached per node: a call is labelled at every place the tree reaches it
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return f"{text}()"
@@ -130,7 +142,7 @@ def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
             elif isinstance(s, ast.Match):
                 expr(s.subject, cond, tests)
                 for case in s.cases:
-                    block(case.body, f"case {ast.unparse(case.pattern)}", tests)
+                    block(case.body, f"case {source_text(case.pattern)}", tests)
             else:
                 expr(s, cond, tests)
 
@@ -167,7 +179,9 @@ class OpTracer:
         self._busy: set[tuple] = set()
         self._touches: dict[tuple, bool] = {}
         self.visited: set[tuple] = set()  #: functions whose bodies the kernel search read
-        self.examined = 0  #: call sites the tree has examined (see ``MAX_TREE_CALLS``)
+        self.examined = 0  #: call sites and alternatives the tree has examined (see ``MAX_TREE_CALLS``)
+        self.kernel_steps = 0  #: kernel call steps the tree lists (see ``MAX_TREE_KERNELS``)
+        self.merged = 0  #: call chains the kernel search merged (see ``MAX_KERNEL_SEARCH``)
         self.expanded: set[tuple] = set()  #: functions expanded as containers
 
     # -- classification
@@ -261,6 +275,12 @@ class OpTracer:
             self.r.warn_once("kernel-depth", f"{site.path}:{site.line}:{site.col}: calls nest deeper than "
                              f"{MAX_KERNEL_DEPTH} below an op; kernels further down are not searched")
             return []
+        if self.merged > MAX_KERNEL_SEARCH:
+            site = fn.fn.site
+            self.r.warn_once("kernel-search", f"{site.path}:{site.line}:{site.col}: the kernel search merged "
+                             f"{MAX_KERNEL_SEARCH} call chains; kernels below {fn.fn.qualname} and further ops "
+                             "are not searched")
+            return []
         self._busy.add(key)
         self.visited.add(fn.fn.key)
         hits: dict[str, _Hit] = {}
@@ -268,7 +288,9 @@ class OpTracer:
             frame = self.frame(fn)
             for cs in self.calls(fn):
                 step = ChainStep(call_label(cs.call), self.r.site(fn.fn.module, cs.call))
-                for h in self._call_hits(cs.call, frame):
+                found = self._call_hits(cs.call, frame)
+                self.merged += 1 + len(found)
+                for h in found:
                     chain = h.chain + (step,)
                     old = hits.get(h.kind.target)
                     if old is None or len(chain) < len(old.chain):
@@ -284,6 +306,7 @@ class OpTracer:
         out = [_Hit(k, ()) for k in c.kernels]
         out += [_Hit(self.table.classify(m.qual), ()) for m in c.ext_modules]
         for f in self.module_forwards(c.modules) + c.functions:
+            self.merged += 1
             out += self.kernel_hits(f)
         return out
 
@@ -345,12 +368,10 @@ class OpTracer:
     def expand(self, node: OpNode, fn: Fn, call: ast.Call | None, caller: Frame | None, stack: list[tuple]) -> None:
         """Fill ``node`` with the ops ``fn``'s body calls and the kernels it calls itself."""
         calls = self.calls(fn)
-        if self.examined + len(calls) > MAX_TREE_CALLS:
-            site = fn.fn.site
-            self.r.warn_once("tree-calls", f"{site.path}:{site.line}:{site.col}: the op tree reached {MAX_TREE_CALLS} "
-                             f"call sites; {fn.fn.qualname} and other calls from here on are not expanded")
+        if self.examined + len(calls) + 1 > MAX_TREE_CALLS:
+            self._tree_full(fn.fn.site, fn.fn.qualname)
             return
-        self.examined += len(calls)
+        self.examined += len(calls) + 1
         self.expanded.add(fn.fn.key)
         frame = self.frame(fn, call, caller)
         op_site = node.site if node.kind == OP else None
@@ -358,6 +379,9 @@ class OpTracer:
         for cs in calls:
             sub, cond = cs.call, cs.cond
             site = self.r.site(fn.fn.module, sub)
+            if self.examined > MAX_TREE_CALLS:  # the alternatives of earlier calls took it there
+                self._tree_full(site, call_label(sub))
+                break
             c = self.resolve_call(sub, frame)
             if c.modules and cs.tests:
                 c.modules = self.narrow(sub.func, c.modules, cs.tests, frame)
@@ -371,6 +395,7 @@ class OpTracer:
                 leaf.kernels = [self.kernel_site(k, (), site, leaf) for k in custom]
                 node.children.append(leaf)
             targets = self.module_forwards(c.modules) + c.functions
+            self.examined += len(targets) + len(c.kernels) + len(c.ext_modules)
             if not targets and not c.ext_modules and not c.unresolved:
                 continue
             child = OpNode(label, OP, site, annotation(cond), unresolved=c.unresolved and not targets and not c.ext_modules)
@@ -401,6 +426,8 @@ class OpTracer:
         leaf_kernels = 0
         for f in leaves:
             for h in self.kernel_hits(f):
+                if self.kernels_full(child.site):
+                    break
                 child.kernels.append(self.kernel_site(h.kind, h.chain, child.site, child))
                 leaf_kernels += 1
         if len(expandable) == 1 and not leaf_kernels:
@@ -421,6 +448,19 @@ class OpTracer:
             child.direct = only.direct
             child.callee_sites = only.callee_sites
 
+    def _tree_full(self, site: Site, what: str) -> None:
+        self.r.warn_once("tree-calls", f"{site.path}:{site.line}:{site.col}: the op tree reached {MAX_TREE_CALLS} "
+                         f"call sites and callees; {what} and other calls from here on are not expanded")
+
+    def kernels_full(self, site: Site) -> bool:
+        """Whether the tree lists ``MAX_TREE_KERNELS`` kernel call steps already (said once, at
+        the op where the listing stops)."""
+        if self.kernel_steps < MAX_TREE_KERNELS:
+            return False
+        self.r.warn_once("tree-kernels", f"{site.path}:{site.line}:{site.col}: the op tree lists {MAX_TREE_KERNELS} "
+                         "kernel call steps; the kernels of this op and of ops from here on are not listed")
+        return True
+
     def kernel_site(self, kind: KernelKind, chain: tuple[ChainStep, ...], op_site: Site | None, node: OpNode) -> KernelSite:
         """A kernel of ``node``: the chain ends at the op's call site (one step for a kernel
         called at the op itself)."""
@@ -428,6 +468,7 @@ class OpTracer:
             label = node.label if node.kind == OP else (chain[-1].label if chain else kind.name + "()")
             if not chain or chain[-1].site != op_site:
                 chain = chain + (ChainStep(label, op_site),)
+        self.kernel_steps += 1 + len(chain)
         return KernelSite(kind.name, kind.target, kind.family, kind.category, chain, kind.aten)
 
 

@@ -20,7 +20,7 @@ from layerc.ir.optree import OpNode, OpTree, Site
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.kernel_calls import KernelKind, kernel_calls
 from layerc.passes.optrace import OpTracer, model_kernel_sites
-from layerc.passes.pyresolve import ClassInfo, Resolver
+from layerc.passes.pyresolve import ClassInfo, Resolver, check_module_size
 
 
 @dataclass
@@ -129,7 +129,8 @@ def find_entry(resolver: Resolver, entry: str) -> ClassInfo:
         mod = resolver.module(name)
         if mod is None:
             continue
-        mod.tree  # a syntax error in the entry module is the user's error: raise it
+        check_module_size(mod)
+        mod.tree  # a syntax error in the entry module (or one too large to parse) is the user's error: raise it
         ci = resolver.find_class(name, cls_name)
         if ci is not None:
             return ci
@@ -157,17 +158,18 @@ def _module_classes(resolver: Resolver, mod) -> list[ClassInfo]:
 def cross_validate(tree: OpTree, tracer: OpTracer | None) -> CrossValidation:
     kernels: dict[str, list[str]] = {}
     categories: dict[str, list[str]] = {}
+    listed: set[tuple[str, str, str]] = set()  # pairs already listed: a set, not a scan of each list (quadratic)
     reached: set[Site] = set()
     chains = 0
     without: list[OpNode] = []
     for node, _ in tree.nodes():
         for k in node.kernels:
-            ops = kernels.setdefault(k.name, [])
-            if node.label not in ops:
-                ops.append(node.label)
-            names = categories.setdefault(k.category, [])
-            if k.name not in names:
-                names.append(k.name)
+            if ("op", k.name, node.label) not in listed:
+                listed.add(("op", k.name, node.label))
+                kernels.setdefault(k.name, []).append(node.label)
+            if ("category", k.category, k.name) not in listed:
+                listed.add(("category", k.category, k.name))
+                categories.setdefault(k.category, []).append(k.name)
             reached.update(step.site for step in k.chain)
             chains += 1
         if node.is_leaf_op and not node.kernels:

@@ -21,9 +21,13 @@ Hostile source cannot make it recurse without bound: every cycle (aliases of eac
 imports of each other, classes deriving from each other, functions calling each other) is cut
 where it closes, resolution nests at most ``MAX_RESOLVE_DEPTH`` evaluations (then the value is
 unknown, with a warning), class hierarchies are walked without recursion, and no module tree
-nests deeper than ``pysource.MAX_NESTING``. Nor can it work without bound: calling contexts,
-which multiply along call chains that share callees, stop being told apart past
-``MAX_CONTEXT_WORK`` evaluations.
+nests deeper than ``pysource.MAX_NESTING``. Nor can it work without bound: the work is counted
+as it is done — evaluations, the values they hand on (a sequence with everything it holds),
+the returns asked for, the statements and MRO classes walked — so that calling contexts, which
+multiply along call chains that share callees, stop being told apart past a budget of units
+(``MAX_CONTEXT_WORK`` and ``CONTEXT_WORK_PER_BYTE`` of the source parsed), and nothing more is
+resolved past a larger one (``MAX_RESOLVE_WORK``, ``RESOLVE_WORK_PER_BYTE``): the work stays
+linear in the source read, whatever its call graph.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from functools import cached_property
 from typing import Iterable, Iterator
 
 from layerc.grammar.pysource import SourceModule, SourceSet, first_line, parse_expression
-from layerc.ir.diagnostics import LayercError
+from layerc.ir.diagnostics import LayercError, Location, ParseError, source_line_at
 from layerc.ir.optree import Site
 
 MAX_CALL_DEPTH = 6  #: nested function-return evaluations
@@ -45,13 +49,31 @@ MAX_CALL_DEPTH = 6  #: nested function-return evaluations
 MAX_RESOLVE_DEPTH = 64
 #: Sequences of sequences kept apart (``[[x]]``); deeper ones are known only as sequences.
 MAX_SEQ_DEPTH = 8
+#: Resolution work is counted in units: an evaluation; each value it hands on, a sequence or dict
+#: with every value it holds (hashing, deduping and keeping one costs that much); each function
+#: return asked for, cached or not; each statement a return's evaluation walks; each class of an
+#: MRO walked for a lookup. A unit is about a microsecond, whatever the source.
 #: Function returns are evaluated per calling context (call site, arguments, the caller's own
 #: context), and contexts multiply along call chains that share callees: exponential work in the
-#: chain's depth. Past this many evaluations in all (sglang's DeepSeek takes 530,000), a call
-#: that starts a new context is resolved once per function instead, without its arguments.
-MAX_CONTEXT_WORK = 1_500_000
+#: chain's depth. Past this many units, plus ``CONTEXT_WORK_PER_BYTE`` for each byte of source
+#: parsed, a call that starts a new context is resolved once per function instead, without its
+#: arguments. sglang's DeepSeek (5.5 MB parsed) takes 1.8 million units, its budget is 3.2
+#: million; tests/optrace_pkg takes 1,600.
+MAX_CONTEXT_WORK = 500_000
+CONTEXT_WORK_PER_BYTE = 0.5
+#: Past this many units, plus ``RESOLVE_WORK_PER_BYTE`` a byte of source parsed, nothing more is
+#: resolved: every value asked for is unknown (a bounded answer, with a warning). A small hostile
+#: package stops within a second or two; a megabyte of source adds about as much as parsing it.
+MAX_RESOLVE_WORK = 1_000_000
+RESOLVE_WORK_PER_BYTE = 1.0
 #: Package classes followed up one line of inheritance (real models: under 6).
 MAX_CLASS_DEPTH = 64
+#: Tokens (words and punctuation, counted by a scan before parsing) one module may have: Python's
+#: parser holds about 400 bytes a token while it works, and the tree about as much after, so a
+#: megabyte of ``x<x<x<...`` would take 500 MB. sglang's largest module has 42,000. A larger
+#: module is skipped with a warning; the entry module is an error.
+MAX_MODULE_TOKENS = 200_000
+_TOKEN = re.compile(r"\w+|[^\w\s]")
 _BUILTIN_SEQ = {"list", "tuple", "sorted", "reversed", "iter"}
 _MAPPING_GETTERS = ("__getitem__", "get", "pop", "setdefault")
 _MAPPING_BASES = ("dict", "OrderedDict", "collections.OrderedDict", "typing.OrderedDict", "UserDict")
@@ -134,7 +156,7 @@ class ClsRef(Value):
 class Obj(Value):
     """An instance. ``declared``: known only from an annotation, so it may be any subclass."""
 
-    __slots__ = ("cls", "origin", "ctor", "declared", "attrs", "inits")
+    __slots__ = ("cls", "origin", "ctor", "declared", "attrs", "inits", "_key")
 
     def __init__(self, cls: "ClassInfo", origin: Site | None, ctor: "Thunks | None", declared: bool, cond: str = ""):
         super().__init__(cond)
@@ -144,10 +166,13 @@ class Obj(Value):
         self.declared = declared
         self.attrs: dict[str, list[Value]] = {}
         self.inits: list | None = None
+        # built once, of strings and ints (a Site's dataclass hash runs Python code each time)
+        where = (origin.path, origin.line, origin.col, origin.end_line) if origin is not None else None
+        self._key = ("obj", cls.qualname, where, declared)
 
     @property
     def key(self):
-        return ("obj", self.cls.qualname, self.origin, self.declared)
+        return self._key
 
 
 class Fn(Value):
@@ -169,7 +194,7 @@ class Seq(Value):
     Sequences nest at most ``MAX_SEQ_DEPTH`` deep (``key`` recurses through them); below that an
     element is an unknown sequence."""
 
-    __slots__ = ("elems", "items", "depth")
+    __slots__ = ("elems", "items", "depth", "size", "_key")
 
     def __init__(self, elems: list[Value], items: list[list[Value]] | None = None, cond: str = ""):
         super().__init__(cond)
@@ -178,10 +203,15 @@ class Seq(Value):
             elems, items, self.depth = [Unknown("[...]")], None, 1
         self.elems = elems
         self.items = items
+        #: values held, nested ones included: what handing this sequence on costs (see ``value_size``)
+        self.size = 1 + sum(map(value_size, elems)) + (sum(map(len, items)) if items is not None else 0)
+        self._key = None
 
     @property
     def key(self):
-        return ("seq", tuple(v.key for v in self.elems), len(self.items) if self.items is not None else -1)
+        if self._key is None:  # values never change: the key of a large nested sequence is built once
+            self._key = ("seq", tuple(v.key for v in self.elems), len(self.items) if self.items is not None else -1)
+        return self._key
 
 
 class DictV(Value):
@@ -207,6 +237,16 @@ class SuperRef(Value):
     @property
     def key(self):
         return ("super", self.cls.qualname, self.obj.key if self.obj is not None else None)
+
+
+def value_size(v: Value) -> int:
+    """Values one value holds, itself included (a sequence its elements, a dict its entries'
+    values): the unit resolution work is counted in (see ``MAX_CONTEXT_WORK``)."""
+    if isinstance(v, Seq):
+        return v.size
+    if isinstance(v, DictV):
+        return 1 + sum(len(vals) for _, vals in v.entries)
+    return 1
 
 
 def dedupe(values: Iterable[Value]) -> list[Value]:
@@ -384,7 +424,7 @@ def scope_bindings(body: list[ast.stmt], conds: tuple[str, ...] = ()) -> Iterato
             yield from scope_bindings(stmt.body, conds)
         elif isinstance(stmt, ast.Match):
             for case in stmt.cases:
-                yield from scope_bindings(case.body, conds + (f"case {ast.unparse(case.pattern)}",))
+                yield from scope_bindings(case.body, conds + (f"case {source_text(case.pattern)}",))
         # walrus targets inside expressions
         for sub in ast.walk(stmt) if isinstance(stmt, (ast.Expr, ast.Assign, ast.If, ast.Return)) else ():
             if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
@@ -428,8 +468,12 @@ class Resolver:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self._depth = 0  #: evaluations under way (see ``MAX_RESOLVE_DEPTH``)
-        self.evaluations = 0  #: evaluations so far (see ``MAX_CONTEXT_WORK``)
+        self.evaluations = 0  #: evaluations so far
+        self.work = 0  #: units of resolution work so far (see ``MAX_CONTEXT_WORK``)
+        self.source_bytes = 0  #: bytes of the modules parsed so far (the work budgets grow with them)
+        self._read: set[str] = set()
         self._import_busy: set[tuple[str, str]] = set()
+        self._super_inits: dict[tuple, ast.Call | None] = {}
 
     # ---- modules and definitions
 
@@ -442,14 +486,27 @@ class Resolver:
         return self.sources.module(name)
 
     def tree(self, mod: SourceModule) -> ast.Module | None:
-        """The module's ast; a module that does not parse is skipped with a warning (the entry
-        module's parse error is raised by the caller, which parses it first)."""
+        """The module's ast; a module that does not parse (or is too large to) is skipped with a
+        warning (the entry module's parse error is raised by the caller, which parses it first)."""
+        check_module_size(mod)
         try:
-            return mod.tree
+            tree = mod.tree
         except LayercError as e:  # a module deep inside a package that does not parse should not stop the trace
             where = f"{mod.path}:{e.loc.line}:{e.loc.column}" if e.loc is not None else mod.path
             self.warn(f"{where}: {e.message}; module {mod.name} skipped")
             return None
+        if mod.name not in self._read:  # the work budgets grow with the source parsed
+            self._read.add(mod.name)
+            self.source_bytes += len(mod.text)
+        return tree
+
+    def context_budget(self) -> int:
+        """Units of work past which calls are resolved without their arguments."""
+        return MAX_CONTEXT_WORK + int(CONTEXT_WORK_PER_BYTE * self.source_bytes)
+
+    def work_budget(self) -> int:
+        """Units of work past which nothing more is resolved."""
+        return MAX_RESOLVE_WORK + int(RESOLVE_WORK_PER_BYTE * self.source_bytes)
 
     def warn(self, message: str) -> None:
         if message not in self._warned:
@@ -572,13 +629,16 @@ class Resolver:
 
     def external_bases(self, ci: ClassInfo) -> list[str]:
         out = []
-        for c in self.mro(ci):
+        chain = self.mro(ci)
+        self.work += len(chain)
+        for c in chain:
             out += [b.qual for b in self.bases(c) if isinstance(b, Ext)]
             out += [b.qual for b in self.bases(c) if isinstance(b, Unknown)]
         return out
 
     def lookup_method(self, ci: ClassInfo, name: str, after: ClassInfo | None = None) -> FuncInfo | None:
         chain = self.mro(ci)
+        self.work += len(chain)  # a class with a thousand bases walks a thousand classes a lookup
         if after is not None and after in chain:
             chain = chain[chain.index(after) + 1:]
         for c in chain:
@@ -681,14 +741,24 @@ class Resolver:
                 args = Thunks(_bind_exprs(init, call, skip_self=True), caller, self.site(caller.module, call))
             frame = Frame(init, init.module, obj, args)
             obj.inits[init.cls.qualname] = frame
-            args, super_call = None, None
+            call = self._super_init(init)
+            args, super_call = None, (call, frame) if call is not None else None
+        return obj.inits
+
+    def _super_init(self, init: FuncInfo) -> ast.Call | None:
+        """The ``super().__init__(...)`` call of an ``__init__``, found once per function (not
+        once per instance: a long ``__init__`` built at many places would cost their product)."""
+        key = init.key
+        if key not in self._super_inits:
+            found = None
             for call in ast.walk(init.node):
                 if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
                         and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
                         and call.func.value.func.id == "super"):
-                    super_call = (call, frame)
+                    found = call
                     break
-        return obj.inits
+            self._super_inits[key] = found
+        return self._super_inits[key]
 
     def attr_of_obj(self, obj: Obj, name: str) -> list[Value]:
         if name in obj.attrs:
@@ -915,12 +985,24 @@ class Resolver:
     def eval(self, expr: ast.expr, frame: Frame) -> list[Value]:
         if self._depth >= MAX_RESOLVE_DEPTH:
             return [self._too_deep(expr, frame)]
+        if self.work > self.work_budget():
+            return [self._work_spent(expr, frame)]
         self._depth += 1
         self.evaluations += 1
         try:
-            return dedupe(self._eval(expr, frame))
+            got = self._eval(expr, frame)
         finally:
             self._depth -= 1
+        self.work += 1 + sum(map(value_size, got))  # the evaluation, and every value it handed on
+        return dedupe(got)
+
+    def _work_spent(self, expr: ast.expr, frame: Frame) -> Value:
+        """What an evaluation past the work budget gives: an unknown value, said once."""
+        where = frame.module.path if frame.module is not None else "?"
+        self.warn_once("resolve-work", f"{where}:{expr.lineno}:{expr.col_offset + 1}: resolution took "
+                       f"{self.work_budget():,} units of work (evaluations and the values they handed on); "
+                       "values from here on are left unknown")
+        return Unknown("…")
 
     def _too_deep(self, expr: ast.expr, frame: Frame) -> Value:
         """What an evaluation past ``MAX_RESOLVE_DEPTH`` gives: an unknown value, said once."""
@@ -944,7 +1026,7 @@ class Resolver:
             index = e.slice.value if isinstance(e.slice, ast.Constant) else None
             for v in self.eval(e.value, frame):
                 out += self.subscript(v, index, isinstance(e.slice, ast.Slice), frame)
-            return out or [Unknown(ast.unparse(e))]
+            return out or [Unknown(_short(e))]
         if isinstance(e, ast.IfExp):
             return ([v.with_cond(cond_text(e.test)) for v in self.eval(e.body, frame)]
                     + [v.with_cond(cond_text(e.test, True)) for v in self.eval(e.orelse, frame)])
@@ -967,7 +1049,7 @@ class Resolver:
             seqs = [v for v in left + right if isinstance(v, Seq)]
             if seqs:
                 return [Seq(dedupe([x for s in seqs for x in s.elems]))]
-            return [Unknown(ast.unparse(e))]
+            return [Unknown(_short(e))]
         if isinstance(e, ast.Lambda):
             fi = self.func_info(e, frame.module, None)
             return [Fn(fi, None, frame)]
@@ -1138,6 +1220,7 @@ class Resolver:
     def returns(self, fn: Fn, call: ast.Call | None, caller: Frame | None, depth: int) -> list[Value]:
         """The values a function call returns (its ``return`` expressions, arguments bound)."""
         fi = fn.fn
+        self.work += 1  # a cached answer too: callers ask for the returns of every alternative
         if fi.cls is not None and fi.name == "__init__":
             return []
         memo = (fi.key, fn.bound.key if fn.bound is not None else None, call,  # the caller's context
@@ -1145,7 +1228,7 @@ class Resolver:
                 caller.self_obj.key if caller is not None and caller.self_obj is not None else None)  # it passes
         if memo in self._returns:
             return self._returns[memo]
-        if self.evaluations > MAX_CONTEXT_WORK and call is not None and caller is not None:
+        if self.work > self.context_budget() and call is not None and caller is not None:
             self._context_work_spent(call, caller)
             return self.returns(fn, None, None, depth)
         self._returns[memo] = []  # recursion guard
@@ -1153,11 +1236,12 @@ class Resolver:
         return got
 
     def _context_work_spent(self, call: ast.Call, caller: Frame) -> None:
-        """Said once: past ``MAX_CONTEXT_WORK``, calls are resolved without their arguments."""
+        """Said once: past the context budget, calls are resolved without their arguments."""
         if "return-contexts" not in self._warned:
             site = self.site(caller.module, call)
-            self.warn_once("return-contexts", f"{site.path}:{site.line}:{site.col}: resolution took {MAX_CONTEXT_WORK} "
-                           "evaluations; calls from here on are resolved without their arguments")
+            self.warn_once("return-contexts", f"{site.path}:{site.line}:{site.col}: resolution took "
+                           f"{self.context_budget():,} units of work (evaluations and the values they handed on); "
+                           "calls from here on are resolved without their arguments")
 
     def _returns_of(self, fn: Fn, call: ast.Call | None, caller: Frame | None, depth: int) -> list[Value]:
         fi = fn.fn
@@ -1170,6 +1254,7 @@ class Resolver:
             return self.eval(fi.node.body, frame)
         out = []
         for stmt, cond in _walk_stmts(fi.node.body, prune=lambda test: self.truth(test, frame)):
+            self.work += 1  # every context walks the whole body for its returns
             if isinstance(stmt, ast.Return) and stmt.value is not None:
                 out += [v.with_cond(cond) for v in self.eval(stmt.value, frame)]
         return dedupe(out)
@@ -1198,6 +1283,7 @@ class Resolver:
             results = set()
             for o in objs:
                 mro = self.mro(o.cls)
+                self.work += len(classes) * len(mro)
                 hit = any(isinstance(c, ClsRef) and c.cls in mro for c in classes)
                 if not hit and names:  # an outside class may be a base of this one
                     ext = set(self.external_bases(o.cls))
@@ -1233,6 +1319,7 @@ class Resolver:
                 fi = sub.methods.get("forward") or sub.methods.get("__call__")
                 if fi is not None:
                     out.append(Fn(fi, self.make_obj(sub, None, None, declared=True)))
+            self.work += len(out)
         return out
 
     def method_alternatives(self, fn: Fn) -> list[Fn]:
@@ -1244,10 +1331,27 @@ class Resolver:
             fi = sub.methods.get(fn.fn.name)
             if fi is not None and fi is not fn.fn:
                 out.append(Fn(fi, self.make_obj(sub, None, None, declared=True)))
+        self.work += len(out)
         return out
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+def check_module_size(mod: SourceModule) -> None:
+    """Before a module is parsed: more than ``MAX_MODULE_TOKENS`` tokens make it unreadable (its
+    ``tree`` raises a ParseError at the token past the limit). Only a module of more characters
+    than that is scanned."""
+    if mod._tree is not None or mod.error is not None or len(mod.text) <= MAX_MODULE_TOKENS:
+        return
+    for i, m in enumerate(_TOKEN.finditer(mod.text)):
+        if i == MAX_MODULE_TOKENS:
+            at = m.start()
+            line = mod.text.count("\n", 0, at) + 1
+            col = at - (mod.text.rfind("\n", 0, at) + 1) + 1
+            mod.error = ParseError(f"more than {MAX_MODULE_TOKENS:,} tokens (words and symbols) in one module: too "
+                                   "large to parse", mod.where, Location(line, col), source_line_at(mod.text, line))
+            return
+
 
 def frame_for_module(mod: SourceModule) -> Frame:
     return Frame(None, mod)
@@ -1390,4 +1494,4 @@ def _walk_stmts(body: list[ast.stmt], cond: str = "", prune=None) -> Iterator[tu
             yield from _walk_stmts(stmt.finalbody, cond, prune)
         elif isinstance(stmt, ast.Match):
             for case in stmt.cases:
-                yield from _walk_stmts(case.body, f"case {ast.unparse(case.pattern)}", prune)
+                yield from _walk_stmts(case.body, f"case {source_text(case.pattern)}", prune)

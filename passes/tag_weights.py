@@ -5,13 +5,25 @@ Weight names are sanitized module paths (``model.layers.5.mlp.gate.weight`` →
 ``blocks_N_`` name the layer, also in dotted ``get_attr`` targets. Fused weights
 (``fused_moe_w3_w1_stacked_2``, ``fused_weight_7``) carry a global counter, not a layer:
 they match nothing here and get their layer from dataflow (``slice-layers``).
+
+The ``pattern`` option is user input like any other: it is compiled when the pass is made, so a
+pattern that does not compile (a regex error, groups nested too deep for the compiler, a
+repetition count past its limit, more than :data:`MAX_PATTERN` characters) is an error that
+names the option, located in the pipeline text; a group 1 that captures something other than a
+layer number is an error at the weight; and the search over the weight names stops after
+:data:`MATCH_SECONDS` (a pattern that backtracks exponentially, ``(\\w*)*X``) with an error,
+rather than run for ever.
 """
 
 from __future__ import annotations
 
 import re
+import signal
+import threading
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Module, Weight
@@ -19,13 +31,79 @@ from layerc.passes.base import Context, ModulePass
 
 DEFAULT_PATTERN = r"(?:^|_)(?:layers|h|blocks)_(\d+)(?:_|$)"
 DOTTED_PATTERN = r"(?:^|\.)(?:layers|h|blocks)\.(\d+)(?:\.|$)"
+#: The longest pattern accepted (real ones are under 100 characters).
+MAX_PATTERN = 1000
+#: Digits a layer number may have (a real one has at most 4; int() refuses past 4300).
+MAX_LAYER_DIGITS = 18
+#: Seconds the searches of one run may take in all, where a timer can stop them (the main thread).
+MATCH_SECONDS = 5.0
+
+
+def compile_pattern(text: str) -> re.Pattern:
+    """The pattern as a compiled regex with at least one group; a LayercError ``pattern: ...``
+    (the pipeline adds the pass's name and the place) when it is none."""
+    if len(text) > MAX_PATTERN:
+        raise LayercError(f"pattern: {len(text)} characters, more than the {MAX_PATTERN} a pattern may have")
+    try:
+        with warnings.catch_warnings():  # "possible nested set": Python's note to itself, not to the user
+            warnings.simplefilter("ignore")
+            pattern = re.compile(text)
+    except re.error as e:
+        raise LayercError(f"pattern: not a regular expression: {e}") from None
+    except RecursionError:
+        raise LayercError("pattern: groups nest too deep for the regex compiler") from None
+    except (OverflowError, ValueError, TypeError, MemoryError) as e:  # a{99999999999}: "the repetition number is too large"
+        raise LayercError(f"pattern: does not compile: {e}") from None
+    if pattern.groups < 1:
+        raise LayercError("pattern: needs a group that captures the layer number")
+    return pattern
 
 
 def weight_layer(weight: Weight, pattern: re.Pattern, dotted: re.Pattern | None) -> int | None:
     m = pattern.search(weight.name)
     if m is None and dotted is not None and weight.target:
         m = dotted.search(weight.target)
-    return int(m.group(1)) if m else None
+    if m is None:
+        return None
+    text = m.group(1)
+    if text is None:  # an optional group 1 that took no part in the match
+        return None
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_LAYER_DIGITS):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise LayercError(f"tag-weights: pattern: group 1 matched '{shown}' in weight '{_clip(weight.name)}', "
+                          f"which is not a layer number (1 to {MAX_LAYER_DIGITS} digits)", loc=weight.loc)
+    return int(text)
+
+
+def _clip(name: str, limit: int = 80) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+class _Overtime(Exception):
+    """The searches' time is up (raised by the timer's signal handler, inside ``re``)."""
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise ``_Overtime`` in the block after ``seconds`` — ``re`` checks for signals while it
+    backtracks. Only the main thread receives signals, and only a timer nobody else set may be
+    borrowed: elsewhere the block runs unbounded."""
+    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer")
+            or signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _Overtime()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True)
@@ -36,16 +114,26 @@ class TagWeights(ModulePass):
     #: A regex whose first group is the layer number (default: layers_N_, h_N_, blocks_N_).
     pattern: str = ""
 
+    def __post_init__(self):
+        if not isinstance(self.pattern, str):
+            raise LayercError(f"pattern: a regular expression (text), not {type(self.pattern).__name__}")
+        compile_pattern(self.pattern or DEFAULT_PATTERN)
+
     def apply(self, ctx: Context, module: Module) -> None:
-        try:
-            pattern = re.compile(self.pattern or DEFAULT_PATTERN)
-        except re.error as e:
-            raise LayercError(f"tag-weights: bad pattern: {e}") from None
-        if pattern.groups < 1:
-            raise LayercError("tag-weights: the pattern needs a group that captures the layer number")
+        pattern = compile_pattern(self.pattern or DEFAULT_PATTERN)
         dotted = None if self.pattern else re.compile(DOTTED_PATTERN)
-        for graph in module.graphs:
-            for w in graph.weights.values():
-                layer = weight_layer(w, pattern, dotted)
-                w.meta["layer"] = layer
-                w.meta["layer_source"] = "name" if layer is not None else None
+        weight = None
+        try:
+            with _deadline(MATCH_SECONDS):
+                for graph in module.graphs:
+                    for weight in graph.weights.values():
+                        layer = weight_layer(weight, pattern, dotted)
+                        weight.meta["layer"] = layer
+                        weight.meta["layer_source"] = "name" if layer is not None else None
+        except _Overtime:
+            where = f" (at weight '{_clip(weight.name)}')" if weight is not None else ""
+            raise LayercError(f"tag-weights: pattern: matching the weight names took more than {MATCH_SECONDS:g} s"
+                              f"{where}; the pattern backtracks too much (nested repeats such as (\\w*)*)",
+                              loc=weight.loc if weight is not None else None) from None
+        except RecursionError:
+            raise LayercError("tag-weights: pattern: too complex to match") from None

@@ -30,6 +30,7 @@ from layerc.grammar.pysource import MAX_NESTING, SourceSet
 from layerc.passes import optrace, pyresolve
 from layerc.passes.base import Context
 from layerc.passes.optrace_passes import CrossValidateKernels, OpTraceModule, TraceOps
+from tests import capped
 
 PKG = Path(__file__).resolve().parent / "optrace_pkg" / "tinyllm"
 ENTRY = "TinyForCausalLM"
@@ -276,7 +277,8 @@ def test_deep_nesting_in_the_entry_module_is_a_located_error(tmp_path):
         assert rc == 1, err
         first = err.splitlines()[0]
         assert first.startswith(f"{entry}:{at + 1}:"), (kind, first)
-        assert f"nesting deeper than {MAX_NESTING}" in first or "too many nested parentheses" in first, first
+        assert (f"nesting deeper than {MAX_NESTING}" in first or "too many nested parentheses" in first
+                or f"more than {pyresolve.MAX_MODULE_TOKENS:,} tokens" in first), first  # 200,000 parentheses
 
 
 def test_deep_nesting_elsewhere_skips_that_module_with_a_located_warning(tmp_path):
@@ -483,10 +485,159 @@ def test_shared_callees_cannot_make_the_work_exponential(tmp_path, monkeypatch):
     monkeypatch.setattr(optrace, "MAX_TREE_CALLS", 2_000)
     module = _trace(root, "M")
     warnings = module.tree.warnings
-    assert any("resolution took 20000 evaluations" in w for w in warnings), warnings
+    budget = module.tracer.r.context_budget()  # 20,000 and half a unit a byte of the source parsed so far
+    said = [int(m.group(1).replace(",", "")) for w in warnings for m in [re.search(r"resolution took ([\d,]+) units of work", w)] if m]
+    assert said and 20_000 < said[0] <= budget < 25_000, warnings
     assert any("the op tree reached 2000 call sites" in w for w in warnings), warnings
-    assert module.tracer.examined <= 2_000
+    assert module.tracer.examined <= 2_000 + 20  # the last call site's alternatives
     assert module.tracer.r.evaluations < 200_000  # linear past the budget: not 10**6 contexts
+    assert module.tracer.r.work < module.tracer.r.work_budget()
+
+
+# -- call fan-out: every kind of work that multiplies, counted ------------------------------------------
+
+def fan_out_sources(family: str, k: int, depth: int, width: int) -> dict[str, str]:
+    """A package whose call graph fans out: ``depth`` levels where each calls the next ``k`` times
+    (every call site a new calling context), in one of the ways work multiplies:
+
+    ``chain``    functions; ``methods`` bound methods (contexts by ``self`` too); ``args`` ``width``
+                 arguments passed down (every context evaluates the chain of argument thunks);
+    ``values``   each level also returns a list of ``width`` instances (values that grow: hashing,
+                 deduping and keeping them is the work);
+    ``kernels``  ``k`` out-of-scope module classes each launching ``width`` kernels, all called at
+                 ``depth`` call sites (call sites × alternatives × kernels in the tree);
+    ``targets``  the same classes in the model's own code (each alternative expanded as a branch).
+    """
+    lib = ["import torch", "from torch import nn"]
+    forward = "y = lib.f0(x).pick(x)\n        return torch.matmul(y, y)"
+    init = "pass"
+    if family in ("chain", "values", "args"):
+        params = ", ".join(f"a{j}" for j in range(width)) if family == "args" else "x, y"
+        passed = params if family == "args" else "y, x"
+        extra = " + ALL" if family == "values" else f" + [{params}]" if family == "args" else ""
+        if family == "values":
+            lib.append("class C:\n    def __call__(self, x):\n        return torch.matmul(x, x)")
+            lib.append("ALL = [" + ", ".join(["C()"] * width) + "]")
+        for d in range(depth):
+            lib.append(f"def f{d}({params}):\n    return [" + ", ".join([f"f{d + 1}({passed})"] * k) + f"]{extra}")
+        lib.append(f"def f{depth}({params}):\n    return torch.matmul(" + params.split(", ")[0] + ", x)" if family != "args"
+                   else f"def f{depth}({params}):\n    return torch.matmul(a0, a0)")
+        forward = f"y = lib.f0({', '.join(['x'] * (width if family == 'args' else 2))}).pick(x)\n        return torch.matmul(y, y)"
+    elif family == "methods":
+        methods = "".join(f"    def m{d}(self, x):\n        return [" + ", ".join([f"self.m{d + 1}(x)"] * k) + "]\n"
+                          for d in range(depth))
+        lib.append(f"class M0(nn.Module):\n{methods}    def m{depth}(self, x):\n        return torch.matmul(x, x)")
+        forward = "y = lib.M0().m0(x).pick(x)\n        return torch.matmul(y, y)"
+    files = {}
+    if family in ("kernels", "targets"):
+        where = "lib" if family == "kernels" else "blocks"
+        classes = [f"class A{j}(nn.Module):\n    def forward(self, x):\n"
+                   + "".join(f"        x = torch.ops.fan.k{j}_{i}(x)\n" for i in range(width)) + "        return x"
+                   for j in range(k)]
+        files[f"{'lib/fan' if where == 'lib' else 'models/blocks'}.py"] = "\n".join(lib + classes) + "\n"
+        init = "super().__init__()\n        self.mods = nn.ModuleList([" + ", ".join(f"{where}.A{j}()" for j in range(k)) + "])"
+        forward = "".join("for m in self.mods:\n            x = m(x)\n        " for _ in range(depth)) + "return x"
+    else:
+        files["lib/fan.py"] = "\n".join(lib) + "\n"
+    files["models/m.py"] = (
+        "import torch\nfrom torch import nn\nfrom hostile.lib import fan as lib\n"
+        + ("from hostile.models import blocks\n" if family == "targets" else "")
+        + f"\nclass M(nn.Module):\n    def __init__(self):\n        {init}\n\n"
+        f"    def forward(self, x):\n        {forward}\n")
+    return files
+
+
+#: Each family past every budget as the code stood before work was counted honestly (CPU seconds
+#: and peak RSS then, on the 2-core VM): chain 10x8 9+7.5 s 212 MB; methods 12 s; values 12 s;
+#: kernels 300x300x30 killed at 120 s, 910 MB.
+FAN_OUT_WORST = [("chain", 10, 8, 1), ("methods", 10, 8, 1), ("values", 10, 8, 50), ("args", 10, 8, 5),
+                 ("kernels", 300, 300, 30), ("targets", 200, 200, 20), ("chain", 30, 5, 1)]
+FAN_CPU_SECONDS = 10
+FAN_PEAK_MB = 500
+_MEASURED = ("import resource, sys\nfrom layerc.tools.driver import main\nrc = main(sys.argv[1:])\n"
+             "u = resource.getrusage(resource.RUSAGE_SELF)\n"
+             "sys.stderr.write(f'MEASURED {u.ru_utime + u.ru_stime:.2f} {u.ru_maxrss // 1024}\\n')\nsys.exit(rc)\n")
+
+
+def fan_out_run(root: Path) -> tuple[int, str, float, int]:
+    """``layerc optrace`` on the package in a capped child (tests/capped.py): (exit status, stderr,
+    CPU seconds, peak RSS in MB) as the child measured them."""
+    argv = ["optrace", root, "--entry", "M", "-o", root.parent / "o.md"]
+    done = capped.run(argv, memory=MEMORY, timeout=TIMEOUT, cwd=root.parent, program=(sys.executable, "-c", _MEASURED))
+    m = re.search(r"^MEASURED ([\d.]+) (\d+)$", done.stderr, re.M)
+    assert m, done.stderr[-2000:]
+    return done.returncode, done.stderr[: m.start()], float(m.group(1)), int(m.group(2))
+
+
+def check_fan_out(tmp_path: Path, family: str, k: int, depth: int, width: int) -> list[str]:
+    root = _package(tmp_path, fan_out_sources(family, k, depth, width))
+    before = snapshot(root)
+    rc, err, cpu, peak = fan_out_run(root)
+    shown = f"{family} k={k} depth={depth} width={width}: {cpu:.1f} s, {peak} MB\n{err[-2000:]}"
+    assert rc in (0, 1), shown
+    assert "internal error" not in err and "Traceback" not in err, shown
+    if rc == 1:  # an error names its place
+        assert re.match(rf"^{re.escape(str(root))}\S*: error: |^hostile/\S+:\d+:\d+: error: ", err), shown
+    warnings = [line for line in err.splitlines() if line.startswith("layerc: warning: ")]
+    for w in warnings:  # every cut is said where it happened
+        assert re.match(r"^layerc: warning: hostile/[\w/]+\.py:\d+:\d+: ", w), w
+    assert cpu < FAN_CPU_SECONDS, shown
+    assert peak < FAN_PEAK_MB, shown
+    assert snapshot(root) == before
+    return warnings
+
+
+@pytest.mark.parametrize("family,k,depth,width", FAN_OUT_WORST)
+def test_call_fan_out_is_bounded_in_time_and_memory(tmp_path, family, k, depth, width):
+    """The worst fan-out of each family: a bounded answer (a warning where a budget cut, located),
+    in under 10 CPU seconds and 500 MB, in a child capped in memory and killed past the timeout."""
+    warnings = check_fan_out(tmp_path, family, k, depth, width)
+    assert any(re.search(r"units of work|op tree (reached|lists)|kernel search merged", w) for w in warnings), warnings
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(family=st.sampled_from(["chain", "methods", "values", "args", "kernels", "targets"]),
+       k=st.integers(2, 40), depth=st.integers(2, 12), width=st.integers(1, 60))
+def test_any_call_fan_out_is_bounded(tmp_path_factory, family, k, depth, width):
+    """The class, not one sample: any family, any fan-out, any depth."""
+    if family in ("kernels", "targets"):
+        k, depth, width = k * 8, depth * 20, width  # up to 320 classes x 240 call sites x 60 kernels
+    check_fan_out(tmp_path_factory.mktemp("fan"), family, k, depth, width)
+
+
+#: Tokens a huge token makes (the fuzz's ``huge_token``: up to a megabyte): the parser alone held
+#: 500 MB for the entry module's and took 6 CPU seconds before modules were counted first.
+HUGE_TOKENS = {"comparisons": lambda n: "x<" * (n // 2) + "x", "calls": lambda n: "f(" * (n // 4) + ")" * (n // 4),
+               "words": lambda n: "a " * (n // 2), "one name": lambda n: "A" * n}
+
+
+@pytest.mark.parametrize("kind", HUGE_TOKENS)
+@pytest.mark.parametrize("where", ["entry", "library"])
+def test_modules_of_too_many_tokens_are_refused_before_parsing(tmp_path, kind, where):
+    """A module of more than ``MAX_MODULE_TOKENS`` tokens is not parsed: the entry module is a
+    located error, another module is skipped with a located warning; a single huge token (a name)
+    is one token and parses. Each run in a capped child, with its CPU time and peak measured."""
+    pkg = copy_package(tmp_path)
+    rel = ENTRY_MODULE if where == "entry" else "layers/norm.py"
+    text = (pkg / rel).read_text()
+    at = text.index("return")  # inside a function body: the statement it starts is the huge one
+    (pkg / rel).write_text(text[:at] + "y = " + HUGE_TOKENS[kind](1 << 20) + "\n        " + text[at:])
+    before = snapshot(pkg)
+    argv = ["optrace", pkg, "--entry", ENTRY, "-o", tmp_path / "o.md"]
+    done = capped.run(argv, memory=MEMORY, timeout=TIMEOUT, program=(sys.executable, "-c", _MEASURED))
+    m = re.search(r"^MEASURED ([\d.]+) (\d+)$", done.stderr, re.M)
+    assert m, done.stderr[-2000:]
+    err, cpu, peak = done.stderr[: m.start()], float(m.group(1)), int(m.group(2))
+    check_outcome(done.returncode, err, pkg)
+    assert snapshot(pkg) == before
+    too_many = f"more than {pyresolve.MAX_MODULE_TOKENS:,} tokens"
+    if kind == "one name":  # one token: it parses
+        assert too_many not in err, err[:500]
+    elif where == "entry":
+        assert done.returncode == 1 and re.match(rf"^{re.escape(str(pkg / rel))}:\d+:\d+: error: {too_many}", err), err[:500]
+    else:
+        assert done.returncode == 0 and re.search(rf"^layerc: warning: tinyllm/{rel}:\d+:\d+: {too_many}.*skipped", err, re.M)
+    assert cpu < FAN_CPU_SECONDS and peak < FAN_PEAK_MB, (cpu, peak, err[-1000:])
 
 
 def test_string_annotations_and_text_scans_stay_bounded(tmp_path):
