@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-import orjson
+from layerc.backends.json_encoding import to_json
 
 from layerc.ir.constants import Device, DType, TorchAttr
 from layerc.ir.graph import Graph, Module, Node, Value, Weight
@@ -95,4 +95,4 @@ def arg_to_json(a):
 
 
 def dumps(module: Module) -> str:
-    return orjson.dumps(module_to_dict(module), option=orjson.OPT_INDENT_2).decode() + "\n"
+    return to_json(module_to_dict(module), indent=True).decode() + "\n"

@@ -119,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if json_path == "" and args.output:
         json_path = str(Path(args.output).with_suffix(".json"))
     if json_path is not None:
-        import orjson
+        from layerc.backends.json_encoding import to_json
 
         # compact: a DeepSeek tree has ~15,000 kernel chains, and indenting their index lists triples the file
-        data = orjson.dumps(report.report_json(tree, module.validation, module.dynamic)) + b"\n"
+        data = to_json(report.report_json(tree, module.validation, module.dynamic)) + b"\n"
         outputs.append((json_path or None, data))
     if args.output or json_path is None:
         outputs.insert(0, (args.output, markdown))

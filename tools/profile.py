@@ -139,11 +139,10 @@ def run(args: argparse.Namespace) -> int:
                            f"{spec.name} layer {result.graph.meta['layer']}, {args.phase} of {args.n_tokens} tokens, {dtype} on {device}\n"
                            f"simulated on {result.hardware.name}: median |error| {e.get('median_abs_pct_error', 0):.0f}%")
     if args.json:
-        import orjson
-
+        from layerc.backends.json_encoding import to_json
         from layerc.backends.outputs import write_atomic
 
-        write_atomic(args.json, orjson.dumps(result.report(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        write_atomic(args.json, to_json(result.report(), indent=True, numpy=True) + b"\n")
     show(result)
     return 0
 

@@ -241,11 +241,11 @@ def run(args: argparse.Namespace) -> int:
         render_schedule_png(graph, args.png, f"layerc on {hardware.name}", seed,
                             comparison.violations if comparison is not None else ())
     if args.json:
-        import orjson
+        from layerc.backends.json_encoding import to_json
 
         from layerc.backends.outputs import write_atomic
 
-        write_atomic(args.json, orjson.dumps(report(graph, hardware, comparison), option=orjson.OPT_INDENT_2) + b"\n")
+        write_atomic(args.json, to_json(report(graph, hardware, comparison), indent=True) + b"\n")
     phases.append(PassTiming("Output", time.perf_counter() - start))
     show(graph, hardware, comparison)
     if args.timing:
