@@ -554,9 +554,12 @@ FAN_OUT_WORST = [("chain", 10, 8, 1), ("methods", 10, 8, 1), ("values", 10, 8, 5
                  ("kernels", 300, 300, 30), ("targets", 200, 200, 20), ("chain", 30, 5, 1)]
 FAN_CPU_SECONDS = 10
 FAN_PEAK_MB = 500
-_MEASURED = ("import resource, sys\nfrom layerc.tools.driver import main\nrc = main(sys.argv[1:])\n"
+#: The child measures itself: CPU from getrusage, peak from VmHWM (ru_maxrss survives exec, so it
+#: would report the forking pytest worker's size when that was larger).
+_MEASURED = ("import re, resource, sys\nfrom layerc.tools.driver import main\nrc = main(sys.argv[1:])\n"
              "u = resource.getrusage(resource.RUSAGE_SELF)\n"
-             "sys.stderr.write(f'MEASURED {u.ru_utime + u.ru_stime:.2f} {u.ru_maxrss // 1024}\\n')\nsys.exit(rc)\n")
+             "hwm = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+             "sys.stderr.write(f'MEASURED {u.ru_utime + u.ru_stime:.2f} {hwm // 1024}\\n')\nsys.exit(rc)\n")
 
 
 def fan_out_run(root: Path) -> tuple[int, str, float, int]:
