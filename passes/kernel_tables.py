@@ -46,6 +46,7 @@ import numpy as np
 from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.trace import Trace
+from layerc.passes.user_regex import compile_user_regex
 
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
 STAGES = ("prefill", "decode")  #: ``Classification.stage`` 0 / 1; -1 is unknown
@@ -206,9 +207,9 @@ def _entry(path: Path, family: str, i: int, entry: dict) -> _Entry:
         if not isinstance(entry.get(key), str) or not entry[key]:
             raise bad(f"'{key}' must be a non-empty string")
     try:
-        pattern = re.compile(entry["match"])
-    except re.error as e:
-        raise bad(f"match regex: {e}") from None
+        pattern = compile_user_regex(entry["match"])
+    except LayercError as e:
+        raise bad(f"match regex: {e.message}") from None
     type_ = str(entry.get("type", "OTHER")).upper()
     if type_ not in TYPES:
         raise bad(f"type must be one of {', '.join(TYPES)}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 import signal
 import threading
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar, Iterator
@@ -28,6 +27,7 @@ from typing import ClassVar, Iterator
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Module, Weight
 from layerc.passes.base import Context, ModulePass
+from layerc.passes.user_regex import compile_user_regex
 
 DEFAULT_PATTERN = r"(?:^|_)(?:layers|h|blocks)_(\d+)(?:_|$)"
 DOTTED_PATTERN = r"(?:^|\.)(?:layers|h|blocks)\.(\d+)(?:\.|$)"
@@ -42,18 +42,10 @@ MATCH_SECONDS = 5.0
 def compile_pattern(text: str) -> re.Pattern:
     """The pattern as a compiled regex with at least one group; a LayercError ``pattern: ...``
     (the pipeline adds the pass's name and the place) when it is none."""
-    if len(text) > MAX_PATTERN:
-        raise LayercError(f"pattern: {len(text)} characters, more than the {MAX_PATTERN} a pattern may have")
     try:
-        with warnings.catch_warnings():  # "possible nested set": Python's note to itself, not to the user
-            warnings.simplefilter("ignore")
-            pattern = re.compile(text)
-    except re.error as e:
-        raise LayercError(f"pattern: not a regular expression: {e}") from None
-    except RecursionError:
-        raise LayercError("pattern: groups nest too deep for the regex compiler") from None
-    except (OverflowError, ValueError, TypeError, MemoryError) as e:  # a{99999999999}: "the repetition number is too large"
-        raise LayercError(f"pattern: does not compile: {e}") from None
+        pattern = compile_user_regex(text, MAX_PATTERN)
+    except LayercError as e:
+        raise LayercError(f"pattern: {e.message}") from None
     if pattern.groups < 1:
         raise LayercError("pattern: needs a group that captures the layer number")
     return pattern
