@@ -12,20 +12,24 @@ import warnings
 
 from lark import Transformer
 
-from layerc.ir.constants import Device, atom_value
+from layerc.ir.constants import SYM_FUNCTIONS, Device, atom_value, complex_value, is_symbol
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import Graph, Module
+from layerc.ir.types import SymDim
 
 
 class Bare(str):
-    """A bare word: a string constant at the top level, a reference inside a container."""
+    """A bare word: a constant at the top level (``value``: a string, or a size such as ``s0``),
+    a reference inside a container (a size symbol only where no node has its name)."""
 
     loc: Location | None = None
+    value: str | SymDim
 
 
-def bare(text: str, loc: Location) -> Bare:
+def bare(text: str, loc: Location, value=None) -> Bare:
     word = Bare(text)
     word.loc = loc
+    word.value = text if value is None else value
     return word
 
 
@@ -73,7 +77,7 @@ def read_string(text: str, loc: Location) -> str:
 
 
 #: Words that mean a constant even inside a container.
-NON_NAMES = frozenset({"None", "True", "False", "inf", "nan"})
+NON_NAMES = frozenset({"None", "True", "False", "inf", "nan", "infj", "nanj", "Ellipsis"})
 
 
 class _Kw:
@@ -101,7 +105,16 @@ class ConstantCallbacks(Transformer):
         if text[-1] == " ":
             raise ParseError("a constant cannot end with a space", loc=Location(tok.line, tok.column + len(text) - 1))
         value = read_atom(text, loc_of(tok))
-        return bare(value, loc_of(tok)) if type(value) is str else value
+        if type(value) is str or (type(value) is SymDim and is_symbol(text)):
+            return bare(text, loc_of(tok), value)
+        return value
+
+    def complex_const(self, c):
+        (tok,) = c
+        value = complex_value(tok.value)
+        if value is None:
+            raise ParseError(f"'{clip(tok.value)}' is not a complex number as Python prints one", loc=loc_of(tok))
+        return value
 
     def string(self, c):
         (tok,) = c
@@ -110,8 +123,8 @@ class ConstantCallbacks(Transformer):
     def name_list(self, c):
         (tok,) = c
         loc = loc_of(tok)
-        resolve = self._resolve
-        return [atom_value(w) if w in NON_NAMES else resolve(w, loc) for w in tok.value[1:-1].split(", ")]
+        word = self._word
+        return [atom_value(w) if w in NON_NAMES else word(w, loc) for w in tok.value[1:-1].split(", ")]
 
     def int_list(self, c):
         (tok,) = c
@@ -154,8 +167,16 @@ class ConstantCallbacks(Transformer):
             index = kws.get("index")
             if index is None or isinstance(index, int):
                 return Device(kws["type"], index)
+        if fn in SYM_FUNCTIONS and not kws and pos and all(type(a) in (int, SymDim) for a in pos):
+            return SymDim(f"{fn}({', '.join(map(str, pos))})")
         raise ParseError(f"unsupported constant '{clip(fn)}(...)'", loc=loc_of(head))
 
     def _element(self, x):
         """Inside a container a bare word names a node or weight."""
-        return self._resolve(str(x), x.loc) if type(x) is Bare else x
+        return self._word(str(x), x.loc) if type(x) is Bare else x
+
+    def _word(self, name: str, loc: Location):
+        """A node or weight; a size symbol (``s0``) that no node is called is the size."""
+        if is_symbol(name) and self.graph is not None and self.graph.value(name) is None:
+            return SymDim(name)
+        return self._resolve(name, loc)

@@ -10,6 +10,7 @@ is, so that a callback that cannot digest what it was given fails at that place.
 from __future__ import annotations
 
 import gc
+import re
 from functools import lru_cache
 from importlib import resources
 
@@ -21,7 +22,27 @@ from layerc.ir.diagnostics import LayercError, Location, ParseError, source_line
 
 @lru_cache(maxsize=None)
 def grammar_text(name: str) -> str:
-    return resources.files("layerc.grammar").joinpath(name).read_text(encoding="utf-8")
+    """A grammar file's text; one that uses STR_TARGET gets its definition from the op schemas
+    (the aten overloads with a string argument: op_schemas.py)."""
+    text = resources.files("layerc.grammar").joinpath(name).read_text(encoding="utf-8")
+    if "STR_TARGET" in text:
+        from layerc.grammar.op_schemas import target_pattern
+
+        text += f"\nSTR_TARGET: /(?:{target_pattern()})/\n"
+    return text
+
+
+@lru_cache(maxsize=None)
+def terminal_regex(name: str, terminal: str) -> re.Pattern:
+    """The compiled regex of one terminal of a grammar, sub-terminals spliced in."""
+    return re.compile(_terminals(name).get_terminal(terminal).pattern.to_regexp())
+
+
+@lru_cache(maxsize=None)
+def _terminals(name: str) -> lark.Lark:
+    # Lexer-only mode keeps every terminal, the sub-terminals too.
+    start = re.search(r"^(\w+):", grammar_text(name), re.M).group(1)
+    return lark.Lark(grammar_text(name), parser=None, lexer="basic", start=start)
 
 
 #: How deep brackets, parentheses, braces and calls may nest. Real dumps nest a few levels; the
@@ -50,13 +71,19 @@ class TokenWatch:
         self.closers = _CLOSERS | frozenset(closers)
         self.prev = self.last = None
         self.at_end = False
+        #: Where the text being parsed starts in its file, for a piece of a line (parse_piece):
+        #: tokens are moved there, and the piece's nesting starts one level down.
+        self.at: Location | None = None
 
     def process(self, stream):
         self.prev = self.last = None
         self.at_end = False
-        depth = 0
+        at = self.at
+        depth = 0 if at is None else 1
         openers, closers = self.openers, self.closers
         for tok in stream:
+            if at is not None:
+                tok.line, tok.column = at.line, tok.column + at.column - 1
             kind = tok.type
             if kind in openers:
                 depth += 1
@@ -135,6 +162,30 @@ def run_parser(parser: lark.Lark, text: str, start: str, path: str | None, descr
     finally:
         if collecting:
             gc.enable()
+
+
+def parse_piece(parser: lark.Lark, text: str, start: str, at: Location, describe: dict[str, str]):
+    """Parse ``text``, one argument a callback cut out of a line at ``at``, inside that line's
+    parentheses; every failure is a ParseError at its place in the file (the caller's parse adds
+    the file and the line)."""
+    watch = parser.options.postlex
+    watch.at = at
+    try:
+        return parser.parse(text, start=start)
+    except UnexpectedInput as e:
+        err = _located(e, text, None, describe)
+        loc = err.loc
+        if not isinstance(e, UnexpectedToken) or e.token.type == "$END":  # the lexer's own count
+            loc = Location(at.line, at.column + loc.column - 1)
+        raise ParseError(err.message, loc=loc) from None
+    except VisitError as e:
+        raise _at_watch(e.orig_exc, parser) from None
+    except LayercError as e:
+        raise _at_watch(e, parser) from None
+    except (ValueError, TypeError, ArithmeticError, LookupError, SyntaxError, RecursionError) as e:
+        raise _at_watch(e, parser) from None
+    finally:
+        watch.at = None
 
 
 def _at_watch(e: Exception, parser: lark.Lark) -> LayercError:

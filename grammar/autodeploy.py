@@ -8,13 +8,11 @@ of a weight gives its type.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
-import lark
-
 from layerc.grammar._constants import Bare, ConstantCallbacks, clip, loc_of, read_atom, read_int
-from layerc.grammar._lark import COMMON_TERMINALS, build_parser, grammar_text, run_parser
+from layerc.grammar._lark import COMMON_TERMINALS, build_parser, parse_piece, run_parser, terminal_regex
+from layerc.grammar.op_schemas import schema_arguments, schema_of, str_value
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
 from layerc.ir.types import (
@@ -37,6 +35,8 @@ DESCRIBE = COMMON_TERMINALS | {
     "PLACEHOLDER1_LINE": "a placeholder '%name : dtype'",
     "OP_HEAD": "an op line '%name = target(...) : shape : dtype'",
     "OP_LINE": "an op line '%name = target(...) : shape : dtype'",
+    "SCHEMA_OP_LINE": "an op line '%name = target(...) : shape : dtype'",
+    "COMPLEX": "a complex number",
     "REF_ARG": "an argument '%name : shape : dtype'",
     "OUT_INFO": "') : shape : dtype'",
     "OUT1_INFO": "') : dtype'",
@@ -123,9 +123,41 @@ class _Builder(ConstantCallbacks):
     def op1(self, c):
         head, *args, out = c
         name, target = _split_head(head)
-        dtype = out.value[4:-1]
-        t = UNKNOWN if dtype == "N/A" else type_from_texts("?", dtype)
-        self._define(Node(OP, name, target, _top(args), type=t, loc=loc_of(head)))
+        self._define(Node(OP, name, target, _top(args), type=_dtype_only(out.value[4:-1]), loc=loc_of(head)))
+
+    # -- an op whose schema takes a string: split by the schema, each argument parsed alone ----
+    def schema_op(self, c):
+        self._schema_line(c[0], 2)
+
+    def schema_op1(self, c):
+        self._schema_line(c[0], 1)
+
+    def _schema_line(self, tok, generation: int) -> None:
+        text, line, col = tok.value, tok.line, tok.column
+        eq = text.index(" = ")
+        lp = text.index("(", eq)
+        target = text[eq + 3 : lp]
+        close = _out_info_start(text, lp + 1, generation)
+        if close is None:
+            want = DESCRIBE["OUT1_INFO" if generation == 1 else "OUT_INFO"]
+            raise ParseError(f"expected {want} at the end of the op line", loc=Location(line, col + len(text) - 1))
+        start = "one_arg1" if generation == 1 else "one_arg"
+        args = []
+        for begin, end, param in schema_arguments(text[lp + 1 : close], schema_of(target)):
+            piece = text[lp + 1 + begin : lp + 1 + end]
+            if param is not None and param.is_str:
+                args.append(str_value(piece, param))
+            else:
+                at = Location(line, col + lp + 1 + begin)
+                args.append(parse_piece(_piece_parser(), piece, start, at, DESCRIBE))
+        out = text[close + 4 :]
+        t = _dtype_only(out[:-1]) if generation == 1 else _out_type_text(out, line, col + close + 4)
+        self._define(Node(OP, text[1:eq], target, tuple(args), type=t, loc=loc_of(tok)))
+
+    def one_arg(self, c):
+        return _top(c)[0]
+
+    one_arg1 = one_arg
 
     def output(self, c):
         kw, *items = c
@@ -201,6 +233,26 @@ def _split_head(tok) -> tuple[str, str]:
     return text[1:eq], text[eq + 3 : -1]
 
 
+def _out_info_start(text: str, start: int, generation: int) -> int | None:
+    """Where ``) : out-info`` begins in an op line whose arguments may hold anything: the ``) : ``
+    after which the line is an out-info. It is one of the last few (a multi-output one holds two,
+    a shape such as ``Max(1, s0)`` one more)."""
+    rx = terminal_regex("autodeploy.lark", "OUT1_INFO" if generation == 1 else "OUT_INFO")
+    i = text.rfind(") : ", start)
+    for _ in range(4):
+        if i < 0:
+            break
+        if rx.fullmatch(text, i):
+            return i
+        i = text.rfind(") : ", start, i)
+    return None
+
+
+def _dtype_only(dtype: str):
+    """The type a generation-1 op line gives after ``) : ``."""
+    return UNKNOWN if dtype == "N/A" else type_from_texts("?", dtype)
+
+
 def _out_type(tok):
     return _out_type_text(tok.value[4:], tok.line, tok.column + 4)
 
@@ -230,8 +282,8 @@ def output_result(items: tuple):
 
 
 def _top(args: list) -> tuple:
-    """At the top level a bare word is a plain string constant."""
-    return tuple(str(a) if type(a) is Bare else a for a in args)
+    """At the top level a bare word is a constant: a plain string, or a size such as ``s0``."""
+    return tuple(a.value if type(a) is Bare else a for a in args)
 
 
 class _Pinpoint:
@@ -240,11 +292,8 @@ class _Pinpoint:
     sub-terminal regexes."""
 
     def __init__(self):
-        # Lexer-only mode keeps every terminal, the sub-terminals too.
-        terminals = lark.Lark(grammar_text("autodeploy.lark"), parser=None, lexer="basic", start="start_v3")
-
         def rx(name):
-            return re.compile(terminals.get_terminal(name).pattern.to_regexp())
+            return terminal_regex("autodeploy.lark", name)
 
         self.name, self.shape, self.dtype, self.target = rx("NAME"), rx("SHAPE"), rx("DTYPE"), rx("TARGET")
 
@@ -307,6 +356,12 @@ def _parser():
     # An op line's own parenthesis and the output line open the argument list, as fx's "(args = (" does.
     nesting = {"openers": ("OP_HEAD", "OUTPUT_KW"), "closers": ("OUT_INFO", "OUT1_INFO", "_NL")}
     return build_parser("autodeploy.lark", ["start_v3", "start_v2", "start_v1"], builder, **nesting), builder
+
+
+@lru_cache(maxsize=1)
+def _piece_parser():
+    """The dump grammar started at one argument, building into the same graph as the file's parse."""
+    return build_parser("autodeploy.lark", ["one_arg", "one_arg1"], _parser()[1])
 
 
 @lru_cache(maxsize=1)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-
 from layerc.grammar._constants import ConstantCallbacks, clip, loc_of, read_atom, read_int
-from layerc.grammar._lark import COMMON_TERMINALS, build_parser, run_parser
+from layerc.grammar._lark import COMMON_TERMINALS, build_parser, parse_piece, run_parser
+from layerc.grammar.op_schemas import Schema, schema_arguments, schema_of, split_keywords, str_value
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value
 from layerc.ir.targets import from_fx_target, to_fx_target
@@ -26,7 +26,13 @@ DESCRIBE = COMMON_TERMINALS | {
     "RETURN": "'return ...'",
     "FX_KEY": "a keyword 'name: '",
     "FX_ATOM": "a constant",
+    "SCHEMA_CALL": "'call_function[target=...](args = '",
+    "COMPLEX": "a complex number",
 }
+
+_SCHEMA_HEAD = "call_function[target="
+_ARGS = "](args = ("
+_KWARGS = "), kwargs = {"
 
 
 class _FxBuilder(ConstantCallbacks):
@@ -86,10 +92,44 @@ class _FxBuilder(ConstantCallbacks):
 
     def call(self, c):
         lhs, head, args, kwargs = c
-        name, fx_type, loc = self._lhs(lhs)
         text = head.value
         opcode = text[: text.index("[")]
         fx_target = text[text.index("[target=") + 8 : -len("](args = ")]
+        self._call(lhs, opcode, fx_target, args, kwargs)
+
+    def schema_call(self, c):
+        """A call of an aten overload that takes a string: arguments split by its schema."""
+        lhs, tok = c
+        text, line, col = tok.value, tok.line, tok.column
+        fx_target = text[len(_SCHEMA_HEAD) : text.index(_ARGS)]
+        schema = schema_of(fx_target)
+        begin = text.index(_ARGS) + len(_ARGS)
+        kw_at = _kwargs_start(text, begin, schema)
+        if kw_at is None:
+            raise ParseError("expected '), kwargs = {...})' at the end of the line", loc=Location(line, col + len(text) - 1))
+        kw_text = text[kw_at + len(_KWARGS) : -2]
+        kw_spans = split_keywords(kw_text, schema)
+        kwargs = {}
+        for name, start, end in kw_spans:
+            at = col + kw_at + len(_KWARGS) + start
+            kwargs[name] = self._schema_value(kw_text[start:end], schema.params.get(name), Location(line, at))
+        arg_text = text[begin:kw_at]
+        spans = schema_arguments(arg_text[:-1], schema, frozenset(kwargs)) if arg_text.endswith(",") else None
+        if spans is None or len(spans) != 1:  # "(a,)" is a 1-tuple; else a string may end with ","
+            spans = schema_arguments(arg_text, schema, frozenset(kwargs))
+        args = tuple(self._schema_value(arg_text[s:e], p, Location(line, col + begin + s)) for s, e, p in spans)
+        self._call(lhs, "call_function", fx_target, args, kwargs)
+
+    def _schema_value(self, piece: str, param, at: Location):
+        if param is not None and param.is_str:
+            return str_value(piece, param)
+        return parse_piece(_piece_parser(), piece, "one_fx", at, DESCRIBE)
+
+    def one_fx(self, c):
+        return c[0]
+
+    def _call(self, lhs, opcode: str, fx_target: str, args: tuple, kwargs: dict) -> None:
+        name, fx_type, loc = self._lhs(lhs)
         target = from_fx_target(fx_target)
         node = Node(OP, name, target, args, kwargs, loc=loc, opcode=opcode)
         if to_fx_target(target, opcode) != fx_target:
@@ -151,10 +191,31 @@ class _FxBuilder(ConstantCallbacks):
         return value
 
 
+def _kwargs_start(text: str, begin: int, schema: Schema) -> int | None:
+    """Where ``), kwargs = {...})`` begins in a call line whose arguments may hold anything: the
+    rightmost of the last few such texts after which the keywords split by the schema."""
+    if not text.endswith("})"):
+        return None
+    i = text.rfind(_KWARGS, begin)
+    for _ in range(8):
+        if i < 0:
+            return None
+        if split_keywords(text[i + len(_KWARGS) : -2], schema) is not None:
+            return i
+        i = text.rfind(_KWARGS, begin, i)
+    return None
+
+
 @lru_cache(maxsize=1)
 def _parser():
     builder = _FxBuilder()
     return build_parser("fx.lark", ["start"], builder), builder
+
+
+@lru_cache(maxsize=1)
+def _piece_parser():
+    """The fx grammar started at one argument, building into the same graph as the file's parse."""
+    return build_parser("fx.lark", ["one_fx"], _parser()[1])
 
 
 def parse_fx(text: str, path: str | None = None) -> Module:

@@ -1,9 +1,10 @@
 """Constant arguments of ops, with the kind each one had in the model.
 
-Arguments are plain Python values (int, float, bool, None, str, list, tuple, dict, slice) plus
-the torch objects below, and IR values where a node or weight is referenced, as in torch.fx's
-``node.args``. A ``str`` is a bare string such as ``NCCL``: the writer prints ``str(arg)``,
-so strings have no quotes at the top level and keep them inside containers (``repr``).
+Arguments are plain Python values (int, float, complex, bool, None, Ellipsis, str, list, tuple,
+dict, slice) plus the torch objects below, symbolic sizes (``SymDim``: ``s0``, ``2*s77``), and IR
+values where a node or weight is referenced, as in torch.fx's ``node.args``. A ``str`` is a bare
+string such as ``NCCL``: the writer prints ``str(arg)``, so strings have no quotes at the top level
+and keep them inside containers (``repr``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from layerc.ir.types import TORCH_DTYPES
+from layerc.ir.types import TORCH_DTYPES, SymDim
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,18 @@ class Device:
 
 _INT = re.compile(r"-?(?:0|[1-9]\d*)\Z")
 _DEVICE = re.compile(r"(cpu|cuda|meta|hip|xpu|mps|mtia|privateuseone)(?::(0|[1-9]\d*))?\Z")
-_KEYWORDS = {"None": None, "True": True, "False": False}
+_KEYWORDS = {"None": None, "True": True, "False": False, "Ellipsis": Ellipsis}
+#: A sympy size as torch prints a SymInt: ints and symbols (s0 for sizes, u0 for unbacked values)
+#: joined by operators. Other words with digits (bf16, fp8, int4) stay strings.
+_SYM_TERM = r"(?:\d+|[su]\d+)"
+_SYM_EXPR = re.compile(rf"-?{_SYM_TERM}(?:(?:\*\*|//|[*/%]| [+\-] )-?{_SYM_TERM})*+\Z")
+#: sympy functions a size may be printed with (``Max(1, s0)``), read back as a SymDim.
+SYM_FUNCTIONS = frozenset({"Max", "Min", "FloorDiv", "CeilDiv", "Mod", "PythonMod", "Abs"})
+
+
+def is_symbol(word: str) -> bool:
+    """``s0``, ``u12``: a size symbol (a node of that name, where one is defined, comes first)."""
+    return len(word) > 1 and word[0] in "su" and word[1:].isdigit() and word.isascii()
 
 
 def atom_value(text: str):
@@ -64,12 +76,15 @@ def atom_value(text: str):
     first = text[0]
     if first.isdigit() or first in "-.in":
         try:
-            value = float(text)
+            value = complex(text) if text[-1] == "j" else float(text)
         except ValueError:
             pass
         else:
             if repr(value) == text:
                 return value
+    if first in "su-" or first.isdigit():
+        if _SYM_EXPR.match(text) and ("s" in text or "u" in text):
+            return SymDim(text)
     if text.startswith("torch."):
         name = text[6:]
         if name in TORCH_DTYPES:
@@ -82,6 +97,15 @@ def atom_value(text: str):
     return text
 
 
+def complex_value(text: str) -> complex | None:
+    """``(1+2j)`` as repr() prints a complex with a real part; None unless it prints back the same."""
+    try:
+        value = complex(text)
+    except ValueError:
+        return None
+    return value if repr(value) == text else None
+
+
 def same_constant(a, b) -> bool:
     """Equality that keeps kinds apart (``1``, ``1.0`` and ``True`` differ); IR values by identity."""
     if type(a) is not type(b):
@@ -92,6 +116,6 @@ def same_constant(a, b) -> bool:
         return list(a) == list(b) and all(same_constant(a[k], b[k]) for k in a)
     if isinstance(a, slice):
         return all(same_constant(x, y) for x, y in ((a.start, b.start), (a.stop, b.stop), (a.step, b.step)))
-    if isinstance(a, float) and a != a:
-        return b != b
+    if isinstance(a, (float, complex)) and a != a:
+        return repr(a) == repr(b)
     return a == b

@@ -371,8 +371,8 @@ def _arg_key(arg):
         return ("dict", tuple((k, _arg_key(v)) for k, v in arg.items()))
     if isinstance(arg, slice):
         return ("slice", _arg_key(arg.start), _arg_key(arg.stop), _arg_key(arg.step))
-    if isinstance(arg, float) and arg != arg:
-        return ("float", "nan")
+    if isinstance(arg, (float, complex)) and arg != arg:
+        return (type(arg).__name__, repr(arg))  # nan never equals itself
     return (type(arg).__name__, arg)
 
 
