@@ -87,6 +87,20 @@ class _Kw:
         self.name, self.value = name, value
 
 
+def call_value(fn: str, pos: list, kws: dict, loc: Location):
+    """The constant a printed call stands for: ``slice(None, 64, None)``, ``device(type='cuda',
+    index=0)``, a size such as ``Max(1, s0)``."""
+    if fn == "slice" and not kws and len(pos) in (1, 2, 3):
+        return slice(*pos)
+    if fn == "device" and not pos and set(kws) <= {"type", "index"} and isinstance(kws.get("type"), str):
+        index = kws.get("index")
+        if index is None or isinstance(index, int):
+            return Device(kws["type"], index)
+    if fn in SYM_FUNCTIONS and not kws and pos and all(type(a) in (int, SymDim) for a in pos):
+        return SymDim(f"{fn}({', '.join(map(str, pos))})")
+    raise ParseError(f"unsupported constant '{clip(fn)}(...)'", loc=loc)
+
+
 class ConstantCallbacks(Transformer):
     """Base of the readers' inline transformers: the module being built, and the callbacks
     for the ``const`` rules; a reader provides ``_resolve(name, loc)``."""
@@ -158,18 +172,9 @@ class ConstantCallbacks(Transformer):
 
     def call(self, c):
         head, *args = c
-        fn = head.value[:-1]
         pos = [self._element(a) for a in args if not isinstance(a, _Kw)]
         kws = {a.name: a.value for a in args if isinstance(a, _Kw)}
-        if fn == "slice" and not kws and len(pos) in (1, 2, 3):
-            return slice(*pos)
-        if fn == "device" and not pos and set(kws) <= {"type", "index"} and isinstance(kws.get("type"), str):
-            index = kws.get("index")
-            if index is None or isinstance(index, int):
-                return Device(kws["type"], index)
-        if fn in SYM_FUNCTIONS and not kws and pos and all(type(a) in (int, SymDim) for a in pos):
-            return SymDim(f"{fn}({', '.join(map(str, pos))})")
-        raise ParseError(f"unsupported constant '{clip(fn)}(...)'", loc=loc_of(head))
+        return call_value(head.value[:-1], pos, kws, loc_of(head))
 
     def _element(self, x):
         """Inside a container a bare word names a node or weight."""

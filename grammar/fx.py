@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from layerc.grammar._constants import ConstantCallbacks, clip, loc_of, read_atom, read_int
+from layerc.grammar._constants import ConstantCallbacks, call_value, clip, loc_of, read_atom, read_int
 from layerc.grammar._lark import COMMON_TERMINALS, build_parser, parse_piece, run_parser
 from layerc.grammar.op_schemas import Schema, schema_arguments, schema_of, split_keywords, str_value
 from layerc.ir.diagnostics import Location, ParseError
@@ -178,9 +178,7 @@ class _FxBuilder(ConstantCallbacks):
 
     def fx_call(self, c):
         head, *args = c
-        if head.value == "slice(" and 1 <= len(args) <= 3:
-            return slice(*args)
-        raise ParseError(f"unsupported constant '{clip(head.value[:-1])}(...)'", loc=loc_of(head))
+        return call_value(head.value[:-1], args, {}, loc_of(head))
 
     call_const = ConstantCallbacks.call
 

@@ -207,8 +207,8 @@ def split_positional(text: str, params: tuple[Param, ...], given=frozenset()) ->
     n = len(text)
     required = [i for i, p in enumerate(params) if not p.has_default and p.name not in given]
     last_required = required[-1] if required else -1
-    if n == 0:
-        return [] if last_required < 0 else None
+    if n == 0 and last_required < 0:
+        return []  # (an empty text with a string required is that string, empty)
     memo: dict[tuple[int, int], list | None] = {}
     attempts = [MAX_ATTEMPTS]
 

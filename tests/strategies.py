@@ -1,23 +1,29 @@
 """Hypothesis strategies: random IR modules that each syntax can express.
 
 AutoDeploy text has no kwargs and shows types; torch.fx text has kwargs and opcodes but no
-types. Both strategies draw names, targets, constants and types the writers really produce.
+types. Both strategies draw names, targets, constants and types the writers really produce:
+every constant class torch.export and torch.fx print (strings, inf/nan, complex, Ellipsis, slices,
+nested containers, dtypes, devices, layouts, memory formats, symbolic sizes, None), and ops whose
+schema takes a string, printed unquoted whatever it holds.
 """
 
 from __future__ import annotations
 
 import keyword
+import re
 import string
 
 from hypothesis import strategies as st
 
 from layerc.ir.constants import Device, DType, TorchAttr, atom_value
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Weight
-from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
+from layerc.ir.types import TORCH_DTYPES, UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
 
-_RESERVED = {"None", "True", "False", "inf", "nan", "output"}
+_RESERVED = {"None", "True", "False", "inf", "nan", "infj", "nanj", "Ellipsis", "output"}
+#: A size symbol (s0, u3) names no node or weight here: inside a container it reads as the size.
+_SYMBOL = re.compile(r"[su]\d+\Z")
 names = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True).filter(
-    lambda s: s not in _RESERVED and not keyword.iskeyword(s)
+    lambda s: s not in _RESERVED and not keyword.iskeyword(s) and not _SYMBOL.match(s)
 )
 
 dtypes = st.sampled_from(["torch.bfloat16", "torch.float32", "torch.int32", "torch.int64", "torch.float8_e4m3fn", "torch.bool", "torch.uint8"])
@@ -34,14 +40,69 @@ tuple_types = st.builds(TupleType, st.lists(element_types, min_size=1, max_size=
 bare_strings = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True).filter(
     lambda s: type(atom_value(s)) is str and s not in _RESERVED
 )
-quoted_strings = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c", ""), max_size=8)
+#: Strings inside containers are repr()-quoted: anything goes, separators and quotes included.
+_TRICKY = ["a, b", "->", "bclhn,bcshn->bclsh", "[x]", "(y)", "{z}", "it's", '"q"', "'", " sp ", "x: y", "%w", "\\", ""]
+quoted_strings = st.one_of(
+    st.sampled_from(_TRICKY),
+    st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c", ""), max_size=8),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=6),
+)
 floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+complexes = st.complex_numbers(allow_nan=True, allow_infinity=True)
 torch_consts = st.one_of(
-    st.sampled_from(["bfloat16", "float32", "int64"]).map(DType),
-    st.sampled_from(["contiguous_format", "strided"]).map(TorchAttr),
+    st.sampled_from(sorted(TORCH_DTYPES)).map(DType),
+    st.sampled_from(["contiguous_format", "channels_last", "preserve_format", "strided", "sparse_coo", "jagged"]).map(TorchAttr),
     st.builds(Device, st.sampled_from(["cuda", "cpu", "meta"]), st.one_of(st.none(), st.integers(0, 7))),
 )
-scalars = st.one_of(st.integers(-(2**63), 2**63), floats, st.booleans(), st.none(), torch_consts)
+sym_sizes = st.sampled_from(
+    ["s0", "s77", "u0", "2*s77", "s0 + 1", "s70*s72", "-s0", "s0**2", "s0//2", "Max(1, s0)", "Min(s0, 2*s1)"]
+).map(SymDim)
+scalars = st.one_of(st.integers(-(2**63), 2**63), floats, complexes, st.booleans(), st.none(), st.just(Ellipsis),
+                    torch_consts, sym_sizes)
+
+# -- ops whose schema takes a string: printed with str(), unquoted, so the text may hold anything a
+# line can; the op's schema tells where it ends.
+_LINE_TEXT = st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r")
+schema_strings = st.one_of(
+    st.sampled_from([*_TRICKY, "Runtime assertion failed for expression Eq(u0 + u1, 32) on node 'eq_1'", "sum",
+                     "mean", "reflect", "None", "a, [b]", "x) : 4 : torch.int64", "z), kwargs = {", " lead", "trail "]),
+    st.text(_LINE_TEXT, max_size=16),
+    st.text(st.sampled_from(list(", ->[](){}'\"%:bc0")), max_size=12),
+)
+#: A string followed by an argument the schema may leave out (pad's mode before its value): no ", ".
+_word_strings = st.one_of(st.sampled_from(["constant", "reflect", "replicate", "circular", "fro", "nuc"]),
+                          schema_strings.filter(lambda s: ", " not in s))
+#: A keyword's string in fx (``{approximate: tanh}``): no ", name: " that would start another keyword.
+_keyword_strings = schema_strings.filter(lambda s: not re.search(r", [A-Za-z_]\w*: ", s) and s != "None")
+
+
+@st.composite
+def schema_call(draw, refs, kwargs: bool):
+    """(target, args, kwargs) of an aten op with a str parameter, arguments from ``refs``."""
+    ref = st.sampled_from(refs)
+    kind = draw(st.sampled_from(["einsum", "assert", "assert_async", "pad", "index_reduce", "segment_reduce", "print",
+                                 "norm", "div", "gelu"]))
+    if kind == "einsum":
+        return "aten.einsum.default", (draw(schema_strings), draw(st.lists(ref, min_size=1, max_size=3))), {}
+    if kind == "assert":
+        return "aten._assert_scalar.default", (draw(st.one_of(ref, st.booleans(), st.integers())), draw(schema_strings)), {}
+    if kind == "assert_async":
+        return "aten._assert_async.msg", (draw(ref), draw(schema_strings)), {}
+    if kind == "pad":
+        tail = draw(st.sampled_from([(), (draw(_word_strings),), (draw(_word_strings), draw(st.one_of(st.none(), floats)))]))
+        return "aten.pad.default", (draw(ref), draw(st.lists(st.integers(-4, 4), max_size=4)), *tail), {}
+    if kind == "index_reduce":
+        return "aten.index_reduce.default", (draw(ref), draw(st.integers(-3, 3)), draw(ref), draw(ref), draw(schema_strings)), {}
+    if kind == "segment_reduce":
+        return "aten.segment_reduce.default", (draw(ref), draw(schema_strings)), {}
+    if kind == "print":
+        return "aten._print.default", (draw(schema_strings),), {}
+    if kind == "norm":
+        return "aten.linalg_norm.ord_str", (draw(ref), draw(_word_strings), draw(st.lists(st.integers(-3, 3), max_size=2))), {}
+    mode = {"rounding_mode": draw(st.one_of(st.none(), _keyword_strings))} if kwargs else {}
+    if kind == "div":
+        return "aten.div.Tensor_mode", (draw(ref), draw(ref)), mode
+    return "aten.gelu.default", (draw(ref),), {"approximate": draw(_keyword_strings)} if kwargs else {}
 
 AD_TARGETS = [
     "aten.add.Tensor", "aten.view.default", "auto_deploy.torch_linear_simple.default", "auto_deploy.trtllm_moe_fused",
@@ -78,17 +139,18 @@ def _ad_graph(draw, section: str | None, gen: int) -> Graph:
         values.append(g.append(Node(PLACEHOLDER, name, type=t)))
     weight_types: dict[str, object] = {}
     for _ in range(draw(st.integers(0, 8))):
-        n_args = draw(st.integers(0, 4))
-        args = []
-        for _ in range(n_args):
-            args.append(draw(_ad_arg(g, values, used_names, weight_types, typed, depth=0)))
+        if values and draw(st.integers(0, 3)) == 0:
+            target, args, _ = draw(schema_call(values, kwargs=False))
+        else:
+            target = draw(st.sampled_from(AD_TARGETS))
+            args = [draw(_ad_arg(g, values, used_names, weight_types, typed, depth=0)) for _ in range(draw(st.integers(0, 4)))]
         name = fresh()
         used_names.add(name)
         if typed:
             t = draw(st.one_of(value_types, tuple_types))
         else:
             t = draw(st.one_of(st.just(UNKNOWN), st.builds(TensorType, st.none(), dtypes), opaque_types))
-        values.append(g.append(Node(OP, name, draw(st.sampled_from(AD_TARGETS)), tuple(args), type=t)))
+        values.append(g.append(Node(OP, name, target, tuple(args), type=t)))
     # A weight's type is printed only where it is an argument itself, never inside a list.
     for w in g.weights.values():
         if not any(w in n.args for n in w.users):
@@ -156,14 +218,20 @@ def fx_modules(draw) -> Module:
         used.add(name)
         default = draw(st.one_of(st.just(()), st.tuples(st.one_of(st.none(), st.integers(), bare_strings))))
         values.append(g.append(Node(PLACEHOLDER, name, target=name, args=default)))
-    fx_scalars = st.one_of(st.integers(-1000, 10**12), st.floats(allow_nan=False, width=64), st.booleans(), st.none(), torch_consts, bare_strings)
+    fx_scalars = st.one_of(st.integers(-1000, 10**12), floats, complexes, st.booleans(), st.none(), st.just(Ellipsis),
+                           torch_consts, sym_sizes, bare_strings)
     for _ in range(draw(st.integers(0, 8))):
         refs = st.sampled_from(values) if values else st.nothing()
-        leaf = st.one_of(refs, fx_scalars)
-        arg = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple)), max_leaves=5)
-        args = tuple(draw(st.lists(arg, max_size=4)))
-        kwargs = draw(st.dictionaries(names, arg, max_size=2))
-        opcode, target = draw(st.sampled_from(FX_TARGETS))
+        part = st.one_of(st.none(), st.integers(-10, 10**6), sym_sizes)  # str(slice) shows its parts' repr
+        leaf = st.one_of(refs, fx_scalars, st.builds(slice, part, part, part))
+        arg = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple),
+                                                         st.dictionaries(names, inner, max_size=2)), max_leaves=5)
+        if values and draw(st.integers(0, 3)) == 0:
+            opcode, (target, args, kwargs) = "call_function", draw(schema_call(values, kwargs=True))
+        else:
+            args = tuple(draw(st.lists(arg, max_size=4)))
+            kwargs = draw(st.dictionaries(names, arg, max_size=2))
+            opcode, target = draw(st.sampled_from(FX_TARGETS))
         name = draw(names.filter(lambda s: s not in used))
         used.add(name)
         values.append(g.append(Node(OP, name, target, args, kwargs, opcode=opcode)))
