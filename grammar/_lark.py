@@ -173,11 +173,12 @@ def parse_piece(parser: lark.Lark, text: str, start: str, at: Location, describe
     try:
         return parser.parse(text, start=start)
     except UnexpectedInput as e:
-        err = _located(e, text, None, describe)
-        loc = err.loc
-        if not isinstance(e, UnexpectedToken) or e.token.type == "$END":  # the lexer's own count
-            loc = Location(at.line, at.column + loc.column - 1)
-        raise ParseError(err.message, loc=loc) from None
+        # The offset into the piece, not the token's line and column: a token the contextual
+        # lexer makes for an error has not passed the watch.
+        pos, tok = getattr(e, "pos_in_stream", None), getattr(e, "token", None)
+        if pos is None or isinstance(e, UnexpectedEOF) or (tok is not None and tok.type == "$END"):
+            pos = len(text)
+        raise ParseError(_located(e, text, None, describe).message, loc=Location(at.line, at.column + pos)) from None
     except VisitError as e:
         raise _at_watch(e.orig_exc, parser) from None
     except LayercError as e:

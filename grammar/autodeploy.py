@@ -141,23 +141,23 @@ class _Builder(ConstantCallbacks):
         if close is None:
             want = DESCRIBE["OUT1_INFO" if generation == 1 else "OUT_INFO"]
             raise ParseError(f"expected {want} at the end of the op line", loc=Location(line, col + len(text) - 1))
-        start = "one_arg1" if generation == 1 else "one_arg"
+        start = "some_args1" if generation == 1 else "some_args"
         args = []
         for begin, end, param in schema_arguments(text[lp + 1 : close], schema_of(target)):
             piece = text[lp + 1 + begin : lp + 1 + end]
-            if param is not None and param.is_str:
+            if param is not None:
                 args.append(str_value(piece, param))
             else:
                 at = Location(line, col + lp + 1 + begin)
-                args.append(parse_piece(_piece_parser(), piece, start, at, DESCRIBE))
+                args += parse_piece(_piece_parser(), piece, start, at, DESCRIBE)
         out = text[close + 4 :]
         t = _dtype_only(out[:-1]) if generation == 1 else _out_type_text(out, line, col + close + 4)
         self._define(Node(OP, text[1:eq], target, tuple(args), type=t, loc=loc_of(tok)))
 
-    def one_arg(self, c):
-        return _top(c)[0]
+    def some_args(self, c):
+        return _top(c)
 
-    one_arg1 = one_arg
+    some_args1 = some_args
 
     def output(self, c):
         kw, *items = c
@@ -360,8 +360,8 @@ def _parser():
 
 @lru_cache(maxsize=1)
 def _piece_parser():
-    """The dump grammar started at one argument, building into the same graph as the file's parse."""
-    return build_parser("autodeploy.lark", ["one_arg", "one_arg1"], _parser()[1])
+    """The dump grammar started at a run of arguments, building into the same graph as the file's parse."""
+    return build_parser("autodeploy.lark", ["some_args", "some_args1"], _parser()[1])
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,15 @@ from functools import lru_cache
 
 from layerc.grammar._constants import ConstantCallbacks, call_value, clip, loc_of, read_atom, read_int
 from layerc.grammar._lark import COMMON_TERMINALS, build_parser, parse_piece, run_parser
-from layerc.grammar.op_schemas import Schema, schema_arguments, schema_of, split_keywords, str_value
+from layerc.grammar.op_schemas import (
+    Schema,
+    end_of_constant,
+    schema_arguments,
+    schema_of,
+    split_keywords,
+    split_positional,
+    str_value,
+)
 from layerc.ir.diagnostics import Location, ParseError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value
 from layerc.ir.targets import from_fx_target, to_fx_target
@@ -109,24 +117,32 @@ class _FxBuilder(ConstantCallbacks):
             raise ParseError("expected '), kwargs = {...})' at the end of the line", loc=Location(line, col + len(text) - 1))
         kw_text = text[kw_at + len(_KWARGS) : -2]
         kw_spans = split_keywords(kw_text, schema)
+        arg_text = text[begin:kw_at]
+        given = frozenset(name for name, _, _ in kw_spans)
+        if _one_tuple(arg_text, schema, given):
+            arg_text = arg_text[:-1]
+        runs = schema_arguments(arg_text, schema, given)
+        args = []
+        for s, e, param in runs:
+            at = Location(line, col + begin + s)
+            if param is not None:
+                args.append(str_value(arg_text[s:e], param))
+            else:
+                args += parse_piece(_piece_parser(), arg_text[s:e], "some_fx", at, DESCRIBE)
         kwargs = {}
         for name, start, end in kw_spans:
-            at = col + kw_at + len(_KWARGS) + start
-            kwargs[name] = self._schema_value(kw_text[start:end], schema.params.get(name), Location(line, at))
-        arg_text = text[begin:kw_at]
-        spans = schema_arguments(arg_text[:-1], schema, frozenset(kwargs)) if arg_text.endswith(",") else None
-        if spans is None or len(spans) != 1:  # "(a,)" is a 1-tuple; else a string may end with ","
-            spans = schema_arguments(arg_text, schema, frozenset(kwargs))
-        args = tuple(self._schema_value(arg_text[s:e], p, Location(line, col + begin + s)) for s, e, p in spans)
-        self._call(lhs, "call_function", fx_target, args, kwargs)
+            at = Location(line, col + kw_at + len(_KWARGS) + start)
+            kwargs[name] = self._schema_value(kw_text[start:end], schema.params.get(name), at)
+        self._call(lhs, "call_function", fx_target, tuple(args), kwargs)
 
     def _schema_value(self, piece: str, param, at: Location):
         if param is not None and param.is_str:
             return str_value(piece, param)
-        return parse_piece(_piece_parser(), piece, "one_fx", at, DESCRIBE)
+        (value,) = parse_piece(_piece_parser(), piece, "some_fx", at, DESCRIBE)
+        return value
 
-    def one_fx(self, c):
-        return c[0]
+    def some_fx(self, c):
+        return c
 
     def _call(self, lhs, opcode: str, fx_target: str, args: tuple, kwargs: dict) -> None:
         name, fx_type, loc = self._lhs(lhs)
@@ -189,19 +205,35 @@ class _FxBuilder(ConstantCallbacks):
         return value
 
 
+def _one_tuple(arg_text: str, schema: Schema, given: frozenset) -> bool:
+    """``(a,)``: one argument and fx's comma; a text that ends with "," otherwise ends with a string."""
+    if not arg_text.endswith(","):
+        return False
+    body = arg_text[:-1]
+    spans = split_positional(body, schema.positional, given)
+    return len(spans) == 1 if spans is not None else bool(body) and end_of_constant(body, 0) == len(body)
+
+
 def _kwargs_start(text: str, begin: int, schema: Schema) -> int | None:
-    """Where ``), kwargs = {...})`` begins in a call line whose arguments may hold anything: the
-    rightmost of the last few such texts after which the keywords split by the schema."""
+    """Where ``), kwargs = {...})`` begins in a call line whose arguments may hold anything: of the
+    last few such texts, the rightmost after which the keywords split by the schema and before
+    which the arguments do too; else the rightmost after which the keywords split."""
     if not text.endswith("})"):
         return None
+    fallback = None
     i = text.rfind(_KWARGS, begin)
     for _ in range(8):
         if i < 0:
-            return None
-        if split_keywords(text[i + len(_KWARGS) : -2], schema) is not None:
-            return i
+            break
+        spans = split_keywords(text[i + len(_KWARGS) : -2], schema)
+        if spans is not None:
+            given = frozenset(name for name, _, _ in spans)
+            args = text[begin:i]
+            if _one_tuple(args, schema, given) or split_positional(args, schema.positional, given) is not None:
+                return i
+            fallback = i if fallback is None else fallback
         i = text.rfind(_KWARGS, begin, i)
-    return None
+    return fallback
 
 
 @lru_cache(maxsize=1)
@@ -212,8 +244,8 @@ def _parser():
 
 @lru_cache(maxsize=1)
 def _piece_parser():
-    """The fx grammar started at one argument, building into the same graph as the file's parse."""
-    return build_parser("fx.lark", ["one_fx"], _parser()[1])
+    """The fx grammar started at a run of arguments, building into the same graph as the file's parse."""
+    return build_parser("fx.lark", ["some_fx"], _parser()[1])
 
 
 def parse_fx(text: str, path: str | None = None) -> Module:

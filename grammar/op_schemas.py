@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from layerc.grammar._lark import MAX_NESTING
 from layerc.ir.constants import Device, DType, TorchAttr, atom_value, complex_value
 from layerc.ir.types import SymDim
 
 DATA = "data/aten_str_schemas.json"
-#: Split attempts one line may cost (each scans the rest of the line): bounds hostile input.
+#: Split attempts one line may cost, each of which may scan the rest of the line: at most 64, and
+#: at most about 4 M characters scanned in all, which bounds the work on hostile input.
 MAX_ATTEMPTS = 64
+MAX_SCANNED = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -101,29 +104,32 @@ def _trie_regex(node: dict) -> str:
 
 # -- where a constant ends -----------------------------------------------------------------------
 _SCAN = re.compile(r"""[\[\](){}'"]|, """)
+_SCAN_INSIDE = re.compile(r"""[\[\](){}'"]""")  # inside brackets a ", " ends nothing
 
 
 def end_of_constant(text: str, pos: int) -> int | None:
     """Where the constant starting at ``pos`` ends: at the next ``, `` outside brackets and quoted
-    strings, or at the end; None when its brackets or quotes do not balance."""
+    strings, or at the end; None when its brackets or quotes do not balance, or nest deeper than
+    a constant may (MAX_NESTING)."""
     depth = 0
     i = pos
     while True:
-        m = _SCAN.search(text, i)
+        m = (_SCAN_INSIDE if depth else _SCAN).search(text, i)
         if m is None:
             return len(text) if depth == 0 else None
         ch = m.group()
         if ch == ", ":
-            if depth == 0:
-                return m.start()
-        elif ch in "'\"":
+            return m.start()
+        if ch in "'\"":
             close = _close_quote(text, m.end(), ch)
             if close is None:
                 return None
             i = close + 1
             continue
-        elif ch in "[({":
+        if ch in "[({":
             depth += 1
+            if depth > MAX_NESTING:
+                return None
         else:
             depth -= 1
             if depth < 0:
@@ -210,7 +216,7 @@ def split_positional(text: str, params: tuple[Param, ...], given=frozenset()) ->
     if n == 0 and last_required < 0:
         return []  # (an empty text with a string required is that string, empty)
     memo: dict[tuple[int, int], list | None] = {}
-    attempts = [MAX_ATTEMPTS]
+    attempts = [max(2, min(MAX_ATTEMPTS, MAX_SCANNED // (n + 1)))]
 
     def go(pos: int, i: int):
         """Spans for the arguments from ``pos`` on, the first one of ``params[i]``."""
@@ -254,22 +260,6 @@ def split_positional(text: str, params: tuple[Param, ...], given=frozenset()) ->
     return go(0, 0)
 
 
-def split_plain(text: str) -> list[tuple[int, int]]:
-    """The spans of arguments none of which is an unquoted string with ``, `` in it: the split a
-    schema falls back to (a required argument passed as a keyword, which AutoDeploy drops). An
-    unbalanced constant runs to the end, for its parse to report."""
-    spans, pos, n = [], 0, len(text)
-    while pos < n or (spans and pos == n):
-        end = end_of_constant(text, pos)
-        if end is None:
-            end = n
-        spans.append((pos, end))
-        if end == n:
-            break
-        pos = end + 2
-    return spans
-
-
 _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): ")
 
 
@@ -303,12 +293,21 @@ def split_keywords(text: str, schema: Schema) -> list[tuple[str, int, int]] | No
 
 
 def schema_arguments(text: str, schema: Schema | None, given=frozenset()) -> list[tuple[int, int, Param | None]]:
-    """Each printed positional argument of ``text`` as (start, end, its parameter): split by the
-    schema where it fits, else as if no argument were a string (parameter None)."""
+    """The printed positional arguments of ``text`` as (start, end, parameter) runs: a string
+    parameter's text, or (parameter None) a run of other arguments for one parse. Split by the
+    schema where it fits, else the whole text is one run, as if no argument were a string."""
     spans = None if schema is None else split_positional(text, schema.positional, given)
     if spans is None:
-        return [(start, end, None) for start, end in split_plain(text)]
-    return [(start, end, p) for (start, end), p in zip(spans, schema.positional)]
+        return [(0, len(text), None)] if text else []
+    runs: list[tuple[int, int, Param | None]] = []
+    for (start, end), p in zip(spans, schema.positional):
+        if p.is_str:
+            runs.append((start, end, p))
+        elif runs and runs[-1][2] is None:
+            runs[-1] = (runs[-1][0], end, None)
+        else:
+            runs.append((start, end, None))
+    return runs
 
 
 def str_value(piece: str, param: Param) -> str | None:
