@@ -14,6 +14,9 @@ from layerc.grammar.dumps import load, parse_and_verify  # noqa: E402
 from layerc.tools import export_hf  # noqa: E402
 
 ARCHES = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "qwen2", "gemma2", "phi3", "falcon"]
+#: Mamba-2 and its hybrids: their chunked scans print einsum equations, unquoted.
+HYBRIDS = ["mamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2"]
+ARCHES += HYBRIDS
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +55,18 @@ def _names(arg) -> list[str]:
     if isinstance(arg, (list, tuple)):
         return [n for a in arg for n in _names(a)]
     return [arg.name] if hasattr(arg, "users") else []
+
+
+@pytest.mark.parametrize("arch", HYBRIDS)
+def test_einsum_equations_read_as_strings(exported, arch):
+    """``aten.einsum.default(bclhn,bcshn->bclsh, [a, b])``: the schema says the first argument is
+    a str, so its commas and arrow are the string's; in both syntaxes the same equations."""
+    dump = load(exported[arch]).main_graph()
+    fx = parse_and_verify((exported[arch] / "fx_graph.txt").read_text(), "fx_graph.txt").graphs[0]
+    equations = []
+    for g in (dump, fx):
+        ops = [n for n in g.ops if n.target == "aten.einsum.default"]
+        assert ops and all(type(n.args[0]) is str and "->" in n.args[0] for n in ops)
+        assert all(all(hasattr(v, "users") for v in n.args[1]) for n in ops)
+        equations.append([n.args[0] for n in ops])
+    assert equations[0] == equations[1] and "bclhn,bcshn->bclsh" in equations[0]

@@ -18,8 +18,10 @@ from layerc.passes.slicing import SliceLayers  # noqa: E402
 from layerc.tools import export_hf  # noqa: E402
 
 # The four the issue names, and more shapes of decoder layer: fused QKV (phi3), parallel
-# attention and MLP (falcon), sandwich norms (gemma2), MLA + MoE (deepseek_v3), GPT-NeoX.
-ARCHES = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "qwen2", "phi3", "falcon", "gemma2", "gpt_neox", "olmoe"]
+# attention and MLP (falcon), sandwich norms (gemma2), MLA + MoE (deepseek_v3), GPT-NeoX, Mamba-2
+# and Mamba-2/attention hybrids (one with a shared attention block, zamba2).
+ARCHES = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "qwen2", "phi3", "falcon", "gemma2", "gpt_neox", "olmoe",
+          "mamba2", "nemotron_h", "zamba2"]  # Mamba-2 (einsum in every layer), its hybrids
 
 
 @pytest.mark.parametrize("arch", ARCHES)

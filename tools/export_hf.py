@@ -90,6 +90,10 @@ _DEEPSEEK: dict[str, Any] = {
     "norm_topk_prob": True,
 }
 
+# The Mamba-2 mixer of the hybrids: 4 heads of 32 (inner width 128 = 2 x hidden), state 16, chunks of 8.
+_MAMBA2: dict[str, Any] = {"mamba_n_heads": 4, "mamba_d_head": 32, "mamba_d_state": 16, "mamba_n_groups": 1,
+                           "mamba_chunk_size": 8}
+
 # arch (config model_type) -> overrides on top of _BASE.  Every entry exports
 # with torch 2.13 / transformers 5.x (checked by tests/test_export_hf.py).
 ARCH_CONFIGS: dict[str, dict[str, Any]] = {
@@ -183,14 +187,35 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
         "num_local_experts": 4,
         "num_experts_per_tok": 1,
     },
+    # Mamba-2 and its hybrids: 4 SSM heads of 32 over an inner width of 128, chunks of 8 tokens.
+    # Their chunked scan prints einsum equations (aten.einsum.default(bclhn,bcshn->bclsh, ...)).
+    "mamba2": {"num_heads": 4, "head_dim": 32, "state_size": 16, "n_groups": 1, "expand": 2, "chunk_size": 8},
+    "bamba": {**_MAMBA2},
+    "nemotron_h": {"mamba_num_heads": 4, "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 1,
+                   "chunk_size": 8, "head_dim": 16},
+    "granitemoehybrid": {**_MAMBA2, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "falcon_h1": {**_MAMBA2, "mamba_d_ssm": 128, "head_dim": 16},
+    "zamba2": {"n_mamba_heads": 4, "mamba_headdim": 32, "mamba_d_state": 16, "mamba_ngroups": 1, "chunk_size": 8,
+               "attention_head_dim": 16},
+}
+
+#: Hybrids name each layer's kind in their config: odd layers are attention, even ones Mamba-2.
+_HYBRID_LAYERS: dict[str, Any] = {
+    "bamba": lambda n: {"attn_layer_indices": [i for i in range(n) if i % 2]},
+    "nemotron_h": lambda n: {"hybrid_override_pattern": "".join("*" if i % 2 else "M" for i in range(n))},
+    "granitemoehybrid": lambda n: {"layer_types": ["attention" if i % 2 else "mamba" for i in range(n)]},
+    "zamba2": lambda n: {"layer_types": ["hybrid" if i % 2 else "mamba" for i in range(n)],
+                         "hybrid_layer_ids": [i for i in range(n) if i % 2]},
 }
 
 ARCHES: tuple[str, ...] = tuple(ARCH_CONFIGS)
 
 
-def tiny_config(arch: str) -> dict[str, Any]:
-    """The tiny config of ``arch`` as HF config keys (the shared base and the arch's overrides)."""
-    return {**_BASE, **ARCH_CONFIGS[arch]}
+def tiny_config(arch: str, layers: int = 2) -> dict[str, Any]:
+    """The tiny config of ``arch`` with ``layers`` decoder layers as HF config keys (the shared
+    base, the arch's overrides, a hybrid's per-layer kinds)."""
+    per_layer = _HYBRID_LAYERS[arch](layers) if arch in _HYBRID_LAYERS else {}
+    return {**_BASE, **ARCH_CONFIGS[arch], **per_layer}
 
 
 def _require_torch() -> None:
@@ -227,7 +252,7 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
         )
     if dtype not in DTYPES:
         raise LayercError(f"unknown --dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
-    config = AutoConfig.for_model(arch, **{**tiny_config(arch), "num_hidden_layers": layers})
+    config = AutoConfig.for_model(arch, **{**tiny_config(arch, layers), "num_hidden_layers": layers})
     torch.manual_seed(0)
     extra: dict[str, Any] = {}
     if experts is not None:
