@@ -18,6 +18,8 @@ from layerc.grammar.autodeploy import parse_autodeploy
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, sanitize, target_base
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Weight, is_structurally_equivalent
 from layerc.ir.types import TensorType, TupleType
+from layerc.passes.base import Context
+from layerc.passes.slicing import SliceLayers
 from layerc.tools import gen_dump
 from layerc.tools.gen_dump import ARCHES, generate, truth
 
@@ -89,6 +91,42 @@ def test_round_trip(arch, symbolic):
     if arch != "deepseek_v3_prefusion":  # expert weights only appear bare in lists there: no type to read back
         assert is_structurally_equivalent(parsed, mod)
     assert ("s72xs70x" in text) == symbolic
+
+
+#: A text of each constant class that ``constants=True`` puts into every layer.
+CONSTANT_TEXTS = [
+    "aten.einsum.default(bsh,bsh->bs, [", "-inf, inf)", ", nan)", "(Ellipsis, slice(None, 64, None))",
+    ", [0, 1], constant, 0.0)", "(0.5+0.5j)", "cuda:0, torch.bfloat16, False, False, torch.contiguous_format)",
+    "'layout': torch.strided, 'device': device(type='cuda', index=0)", "Expected all(h > -inf) in 'model.layers[0]', got {",
+]
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["concrete", "symbolic"])
+@pytest.mark.parametrize("arch", ARCHES)
+def test_constants_round_trip(arch, symbolic):
+    """Every constant class, in every layer of every architecture: read back as the same values,
+    printed back as the same bytes; the constant ops belong to their layer."""
+    mod = generate(arch, SMALL[arch], symbolic=symbolic, constants=True)
+    mod.verify()
+    text = print_module(mod)
+    parsed = parse_autodeploy(text, gen_dump.dump_name(mod))
+    parsed.verify()
+    assert print_module(parsed) == text
+    if arch != "deepseek_v3_prefusion":
+        assert is_structurally_equivalent(parsed, mod)
+    for piece in CONSTANT_TEXTS + (["Runtime assertion failed for expression Ge(s72, 1) on node 'ge'", "[s72, s70, "]
+                                   if symbolic else []):
+        assert piece in text, piece
+    layers = {n.name: n.meta["true_layer"] for n in mod.main_graph().nodes}
+    einsums = [n for n in parsed.main_graph().ops if n.target == "aten.einsum.default"]
+    assert [layers[n.name] for n in einsums] == list(range(SMALL[arch]))
+    assert all(n.args[0] == "bsh,bsh->bs" for n in einsums)
+    SliceLayers().apply(Context(), parsed)  # the slicer places them in their layers
+    added = {"aten.einsum.default", "aten.clamp.default", "aten.where.ScalarOther", "aten._assert_async.msg",
+             "aten.pad.default", "aten.mul.Scalar", "aten.to.device", "auto_deploy.workspace_alloc.default"}
+    assert all(n.meta["layer"] == layers[n.name] for n in parsed.main_graph().ops if n.target in added)
+    plain = generate(arch, SMALL[arch], symbolic=symbolic)  # the default adds none of them
+    assert not any(n.target == "aten.einsum.default" for n in plain.main_graph().ops)
 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
@@ -166,7 +204,8 @@ def test_seed_and_shuffle():
 def test_write_and_cli(tmp_path):
     parser = __import__("argparse").ArgumentParser()
     gen_dump.configure_parser(parser)
-    args = parser.parse_args(["nemotron_h", str(tmp_path), "--layers", "6", "--symbolic", "--seed", "2", "--shuffle"])
+    args = parser.parse_args(["nemotron_h", str(tmp_path), "--layers", "6", "--symbolic", "--seed", "2", "--shuffle",
+                              "--constants"])
     assert gen_dump.run(args) == 0
     dump = tmp_path / "084_compile_compile_model.txt"
     layers = json.loads((tmp_path / "084_compile_compile_model_truth.json").read_text())
@@ -176,6 +215,8 @@ def test_write_and_cli(tmp_path):
     assert {v for v in layers.values()} == {None, 0, 1, 2, 3, 4, 5}
     ssm_caches = [n for n in parsed.main_graph().nodes if n.kind == PLACEHOLDER and n.name.endswith("ssm_state_cache")]
     assert [layers[n.name] for n in ssm_caches] == [0, 2, 4]
+    asserts = [n for n in parsed.main_graph().ops if n.target == "aten._assert_scalar.default"]
+    assert [layers[n.name] for n in asserts] == [0, 1, 2, 3, 4, 5]
     assert gen_dump.write("llama", tmp_path, layers=2) == tmp_path / "081_compile_compile_model.txt"
 
 

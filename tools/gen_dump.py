@@ -9,8 +9,13 @@ prints them with ``backends.autodeploy.print_module``, the single owner of the t
 Every node carries ``meta["true_layer"]`` (None for embeddings, shared metadata, the final
 norm and the LM head); ``write`` stores it beside the dump as ``<stem>_truth.json``.
 
+``constants`` adds to every decoder layer a few ops whose arguments print every constant class
+torch.export and AutoDeploy print (``_constant_ops``): strings with commas, arrows, brackets and
+quotes where the schema says ``str``, inf/-inf/nan, complex, Ellipsis, slices, nested containers,
+dtypes, devices, layouts, memory formats and symbolic sizes.
+
 Usage (wired as ``layerc gen-dump``): ``gen_dump ARCH OUTDIR [--layers N] [--tokens T]
-[--symbolic] [--seed S] [--shuffle] [--piecewise]``.
+[--symbolic] [--seed S] [--shuffle] [--piecewise] [--constants]``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from layerc.backends.autodeploy import print_module
 from layerc.backends.outputs import output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize, target_base
-from layerc.ir.constants import DType
+from layerc.ir.constants import Device, DType, TorchAttr
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight, map_values
 from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
 from layerc.tools.args import output_directory
@@ -73,8 +78,9 @@ def _mlir(tag: str) -> str:
 class _Gen:
     """Shared shapes, counters and helpers for one generated graph."""
 
-    def __init__(self, graph_name: str | None, tokens: int, symbolic: bool):
+    def __init__(self, graph_name: str | None, tokens: int, symbolic: bool, constants: bool = False):
         self.pattern: str | None = None  # Nemotron-H block pattern
+        self.constants = constants
         self.b = GraphBuilder(graph_name)
         self.symbolic = symbolic
         if symbolic:
@@ -126,12 +132,15 @@ class _Gen:
         pos = self.ph("position_ids", I64, self.B, self.S)
         return ids, pos
 
-    def layer_sizes(self, h: Node) -> None:
-        """Symbolic batch dims enter a layer's views through its own ``aten.sym_size.int`` nodes
-        (export traces ``bsz, q_len, _ = hidden_states.size()`` once per layer)."""
+    def enter_layer(self, h: Node) -> None:
+        """What a decoder layer does first with its input ``h``. Symbolic batch dims enter the
+        layer's views through its own ``aten.sym_size.int`` nodes (export traces ``bsz, q_len, _ =
+        hidden_states.size()`` once per layer); with ``constants``, the constant ops follow."""
         if self.symbolic:
             sint = OpaqueType("SymInt")
             self.sizes = [self.op("aten.sym_size.int", (h, d), sint, name="sym_size_int") for d in (0, 1)]
+        if self.constants:
+            _constant_ops(self, h)
 
     def metadata(self, *extra: str) -> None:
         """The cached-attention batch metadata placeholders (AutoDeploy's SequenceInfo)."""
@@ -206,6 +215,38 @@ class _Gen:
             normed = self.rms(x, norm_fqn, hidden, eps, target)
         logits = self.linear(normed, lm_fqn, vocab, hidden)
         self.b.output(self.op(TO, (logits, DType("float32")), TensorType(logits.type.shape, F32)))
+
+
+def _constant_ops(g: _Gen, h: Node) -> None:
+    """Side ops on a layer's input that print every constant class: an einsum equation and
+    assertion messages (unquoted strings with commas, arrows, parentheses and quotes; their op
+    schemas say ``str``), -inf/inf/nan, a complex scale, Ellipsis and slices, a padding mode, a
+    device, dtype and memory format, a spec dict with a layout (layouts and memory formats reach a
+    dump as positional arguments or inside containers), and symbolic sizes where dims are
+    symbolic. None of them feeds the layer: they show the text, not the math."""
+    layer = g.b.meta.get("true_layer")
+    t = h.type
+    shape, H = t.shape, t.shape[-1]
+    scores = g.op("aten.einsum.default", ("bsh,bsh->bs", [h, h]), TensorType(shape[:-1], F32))
+    finite = g.op("aten.gt.Scalar", (h, float("-inf")), TensorType(shape, BOOL))
+    g.op("aten.clamp.default", (scores, float("-inf"), float("inf")), scores.type)
+    g.op("aten.where.ScalarOther", (finite, h, float("nan")), t)
+    every = g.op("aten.all.default", (finite,), TensorType((), BOOL))
+    where = f"model.layers[{layer}]"
+    g.op("aten._assert_async.msg", (every, f"Expected all(h > -inf) in '{where}', got {{shape: (B, S, {H})}}"),
+         OpaqueType("NoneType"))
+    head = g.op(GETITEM, (h, (Ellipsis, slice(None, 64, None))), TensorType(shape[:-1] + (64,), t.dtype))
+    padded = g.op("aten.pad.default", (head, [0, 1], "constant", 0.0), TensorType(shape[:-1] + (65,), t.dtype))
+    g.op("aten.mul.Scalar", (padded, 0.5 + 0.5j), TensorType(padded.type.shape, "torch.complex64"))
+    g.op("aten.to.device", (h, Device("cuda", 0), DType("bfloat16"), False, False, TorchAttr("contiguous_format")), t)
+    spec = {"size": [g.B, g.S, 64], "dtype": DType("bfloat16"), "layout": TorchAttr("strided"),
+            "device": Device("cuda", 0), "memory_format": TorchAttr("contiguous_format"), "pin_memory": None}
+    g.op("auto_deploy.workspace_alloc.default", (h, spec), TensorType((g.B, g.S, 64), BF16))  # like h, as spec says
+    if g.symbolic:
+        ge = g.op("<built-in function ge>", (g.sizes[0], 1), OpaqueType("SymBool"))
+        g.op("aten._assert_scalar.default", (ge, f"Runtime assertion failed for expression Ge({g.B}, 1) on node '{ge.name}'"),
+             OpaqueType("NoneType"))
+        g.op(VIEW, (h, [g.B, g.S, H]), t)  # sizes as constants, not sym_size nodes
 
 
 # =============================================================================================
@@ -326,7 +367,7 @@ def _deepseek_v3(g: _Gen, layers: int, prefusion: bool) -> None:
             h, residual = g.gi(fused)
         if i == layers:
             break
-        g.layer_sizes(h)
+        g.enter_layer(h)
         o = _dsv3_attention(g, i, h, pos, caches.get(i), prefusion)
         # -- post-attention all-reduce, residual add and norm
         if prefusion:
@@ -426,7 +467,7 @@ def _gqa_stack(g: _Gen, layers: int, c: dict, paged: str, qk_norm: bool, fused_n
         g.at(i)
         p = f"model.layers.{i}"
         h, residual = _add_norm(g, residual, y, f"{p}.input_layernorm.weight", H, c["eps"], fused_norm)
-        g.layer_sizes(h)
+        g.enter_layer(h)
         o = _gqa_attention(g, i, h, pos, caches[i], c, qk_norm=qk_norm, paged=paged)
         h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, c["eps"], fused_norm)
         y = mlp(i, h)
@@ -526,7 +567,7 @@ def _nemotron_h(g: _Gen, layers: int) -> None:
         g.at(i)
         p = f"backbone.layers.{i}"
         h, residual = _add_norm(g, residual, y, f"{p}.norm.weight", H, eps, None)
-        g.layer_sizes(h)
+        g.enter_layer(h)
         if kind == "M":
             y = _mamba(g, i, h, caches[i], c, f"{p}.mixer")
         elif kind == "E":
@@ -613,7 +654,7 @@ def _qwen3_next(g: _Gen, layers: int) -> None:
         g.at(i)
         p = f"model.layers.{i}"
         h, residual = _add_norm(g, residual, y, f"{p}.input_layernorm.weight", H, eps, fused_norm)
-        g.layer_sizes(h)
+        g.enter_layer(h)
         if full[i]:
             o = _gated_attention(g, i, h, pos, caches[i], c, f"{p}.self_attn")
         else:
@@ -785,7 +826,8 @@ _ARCH = {
 
 
 def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bool = False, seed: int | None = None,
-             shuffle: bool = False, piecewise: bool = False, pattern: str | None = None) -> Module:
+             shuffle: bool = False, piecewise: bool = False, pattern: str | None = None,
+             constants: bool = False) -> Module:
     """Build the dump of ``arch`` as a Module; nodes carry ``meta["true_layer"]``.
 
     ``seed`` permutes the name suffixes of generic ops (``view_3`` ↔ ``view_17``) so that no
@@ -793,7 +835,8 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
     (a different valid topological order). ``piecewise`` adds the sections of a compile with
     piecewise CUDA graphs: ``piecewise.split_gm`` and its ``submod_N`` pieces, split from
     ``monolithic.model`` at the dynamic ops (``split_sections``). ``pattern`` sets the block of
-    each Nemotron-H layer (M Mamba2, E MoE, * attention), repeated to ``layers``.
+    each Nemotron-H layer (M Mamba2, E MoE, * attention), repeated to ``layers``. ``constants``
+    adds every layer's constant ops (``_constant_ops``).
     """
     if arch not in _ARCH:
         raise ValueError(f"unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
@@ -805,7 +848,7 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
         raise ValueError(f"'{arch}' is a {stage}-stage dump: piecewise sections exist only after compile_model")
     if pattern is not None and (arch != "nemotron_h" or not pattern or set(pattern) - set("ME*")):
         raise ValueError("pattern applies to nemotron_h: a string of M (Mamba2), E (MoE) and * (attention)")
-    g = _Gen(section, tokens, symbolic)
+    g = _Gen(section, tokens, symbolic, constants)
     g.pattern = pattern
     build(g, layers)
     graph = g.b.graph
@@ -873,10 +916,11 @@ def dump_name(mod: Module) -> str:
 
 
 def write(arch: str, outdir: str | Path, layers: int | None = None, tokens: int = 8, symbolic: bool = False,
-          seed: int | None = None, shuffle: bool = False, with_truth: bool = True, piecewise: bool = False) -> Path:
+          seed: int | None = None, shuffle: bool = False, with_truth: bool = True, piecewise: bool = False,
+          constants: bool = False) -> Path:
     """Write ``NNN_<stage>_<transform>.txt`` (and ``..._truth.json``, for ``monolithic.model``) into
     ``outdir``; returns the dump path."""
-    mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise)
+    mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise, constants=constants)
     path = output_dir(outdir) / dump_name(mod)
     write_atomic(path, print_module(mod))
     if with_truth:
@@ -893,12 +937,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shuffle", action="store_true", help="also reorder independent nodes within each layer")
     p.add_argument("--piecewise", action="store_true",
                    help="add the piecewise CUDA graph sections (piecewise.split_gm and its submod_N pieces)")
+    p.add_argument("--constants", action="store_true",
+                   help="add ops that print every constant class (einsum equations, assertion messages, "
+                        "inf/nan, complex, Ellipsis, slices, devices, layouts, symbolic sizes)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         print(write(args.arch, args.outdir, args.layers, args.tokens, args.symbolic, args.seed, args.shuffle,
-                    piecewise=args.piecewise))
+                    piecewise=args.piecewise, constants=args.constants))
     except ValueError as e:
         raise LayercError(str(e)) from None
     return 0
