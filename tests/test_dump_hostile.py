@@ -3,7 +3,8 @@ an error at a place in the input, never with an internal error, a hang, a memory
 changed input.
 
 The mutator starts from small valid inputs (``gen-dump llama --layers 2``, the same with
-``--symbolic``, and that dump printed by torch.fx's rules) and applies byte flips, truncation,
+``--symbolic``, and that dump printed by torch.fx's rules; for the parser alone also the dump with
+``--constants`` in both syntaxes, whose strings are split by op schemas) and applies byte flips, truncation,
 splicing, numeric extremes, deep nesting, huge tokens and huge shapes. The command-line checks run
 ``layerc opt FILE`` and ``layerc layer FILE 0`` in capped child processes; the parser alone, and
 the pipeline parser, run in-process on many more mutations.
@@ -33,6 +34,8 @@ from layerc_cli import run_layerc
 MEMORY = 2 << 30  #: address space of a child layerc
 TIMEOUT = 60  #: seconds a child may run (a clean run takes a fraction of one)
 KINDS = ("ad", "ad_symbolic", "fx")
+#: Seeds the parser alone is mutated from: every constant class, and ops whose schema takes a string.
+PARSER_KINDS = (*KINDS, "ad_constants", "fx_constants")
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +43,16 @@ def seeds(tmp_path_factory) -> dict[str, bytes]:
     """The valid inputs the mutations start from."""
     root = tmp_path_factory.mktemp("seeds")
     out = {}
-    for kind, extra in (("ad", ()), ("ad_symbolic", ("--symbolic",))):
+    for kind, extra in (("ad", ()), ("ad_symbolic", ("--symbolic",)), ("ad_constants", ("--symbolic", "--constants"))):
         rc, _, err = run_layerc("gen-dump", "llama", root / kind, "--layers", "2", *extra)
         assert rc == 0, err
         (dump,) = (root / kind).glob("*_compile_model.txt")
         out[kind] = dump.read_bytes()
-    fx = root / "g.fx"
-    rc, _, err = run_layerc("opt", root / "ad", "--emit", "fx", "-o", fx)
-    assert rc == 0, err
-    out["fx"] = fx.read_bytes()
+    for kind, ad in (("fx", "ad"), ("fx_constants", "ad_constants")):
+        fx = root / f"{kind}.fx"
+        rc, _, err = run_layerc("opt", root / ad, "--emit", "fx", "-o", fx)
+        assert rc == 0, err
+        out[kind] = fx.read_bytes()
     return out
 
 
@@ -252,8 +256,9 @@ def test_nesting_at_the_limit_still_reads(seeds, tmp_path, kind):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(kind=st.sampled_from(KINDS), ms=st.lists(mutations, min_size=1, max_size=4))
+@given(kind=st.sampled_from(PARSER_KINDS), ms=st.lists(mutations, min_size=1, max_size=4))
 @example(kind="ad", ms=[("nest", 0, b"{1: ", 200, True)])
+@example(kind="ad_constants", ms=[("huge", 0, b"(", 1_000_000)])
 def test_parser_gives_located_errors_only(seeds, kind, ms):
     data = mutated(seeds[kind], ms)
     try:

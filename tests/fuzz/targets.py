@@ -121,6 +121,7 @@ def _generate(work: Path) -> None:
     jobs = [
         ("gen-dump", "llama", work / "gen", "--layers", "2"),
         ("gen-dump", "llama", work / "gen_sym", "--layers", "2", "--symbolic"),
+        ("gen-dump", "llama", work / "gen_const", "--layers", "2", "--symbolic", "--constants"),
         ("gen-trace", work / "kineto" / "gen.json", "--layers", "2", "--decode", "1"),
         ("gen-trace", work / "kineto" / "gen.json.gz", "--layers", "2", "--decode", "1", "--seed", "1", "--spans"),
         ("gen-nsys", work / "nsys" / "gen.sqlite", "--layers", "2", "--replays", "1"),
@@ -133,9 +134,11 @@ def _generate(work: Path) -> None:
         jobs.append(("export-hf", "--arch", "llama", "--layers", "2", work / "hf"))
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(lambda args: layerc(*args), jobs))
-    for name, gen in (("gen.txt", work / "gen"), ("gen_sym.txt", work / "gen_sym")):
+    for name, gen in (("gen.txt", work / "gen"), ("gen_sym.txt", work / "gen_sym"), ("gen_const.txt", work / "gen_const")):
         shutil.copy(sorted(gen.glob("*.txt"))[0], work / "dump" / name)
     layerc("opt", work / "dump" / "gen.txt", "--emit", "fx", "-o", work / "fx" / "emitted.txt")
+    # every constant class, strings split by op schemas, in both syntaxes
+    layerc("opt", work / "dump" / "gen_const.txt", "--emit", "fx", "-o", work / "fx" / "emitted_constants.txt")
     layerc("gen-kernels", work / "dump" / "gen.txt", "-o", work / "kineto" / "bound.json.gz")
     if (work / "hf").is_dir():
         shutil.copy(work / "hf" / "fx_graph.txt", work / "fx" / "torch_fx.txt")
