@@ -41,7 +41,6 @@ class Param:
 
 @dataclass(frozen=True)
 class Schema:
-    text: str
     positional: tuple[Param, ...]
     params: dict[str, Param]  # every parameter by name: fx kwargs may name positional ones too
 
@@ -69,7 +68,7 @@ def schema_of(target: str) -> Schema | None:
         params[name] = p = Param(type_, name, bool(eq))
         if not keyword:
             positional.append(p)
-    return Schema(text, tuple(positional), params)
+    return Schema(tuple(positional), params)
 
 
 def target_pattern() -> str:
@@ -178,7 +177,7 @@ def fits(piece: str, type_: str) -> bool:
             return True
         return not type_.endswith("[]") and fits(piece, base)
     kinds = _KINDS.get(type_)
-    if kinds is None or type_ == "str":
+    if kinds is None:  # str, and types no printed text tells apart
         return True
     if not piece:
         return False
@@ -195,14 +194,14 @@ def fits(piece: str, type_: str) -> bool:
 
 def _starts_like(text: str, pos: int, param: Param) -> bool:
     """A cheap first look before a split is tried: can an argument of ``param`` start at ``pos``?"""
+    if param.is_str:
+        return True
     ch = text[pos : pos + 1]
-    if not ch or ch == " ":
-        return param.is_str and bool(ch)
-    if param.is_str or ch == "%" or param.type.endswith("?") and text.startswith("None", pos):
-        return True
-    if param.type.rstrip("?").endswith("]") and ch in "[(":
-        return True
-    return ch not in "[{)]}" and (ch != "(" or "Scalar" in param.type or "Tensor" in param.type)
+    if not ch or ch == " " or ch in ")]}":
+        return False
+    if ch in "[(":  # a list, a tuple, a complex number
+        return param.type.rstrip("?").endswith("]") or param.type.startswith(("Scalar", "Tensor"))
+    return ch != "{"
 
 
 # -- splitting -------------------------------------------------------------------------------------

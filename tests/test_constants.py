@@ -6,6 +6,7 @@ malformed constant is an error at its place in the file."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -264,6 +265,20 @@ def test_schemas_cover_the_ops_with_strings():
     assert schema_of("torch.ops.aten._assert_scalar.default").positional[1].is_str
     assert schema_of("aten.add.Tensor") is None and schema_of("auto_deploy.einsum.default") is None
     assert split_positional("ab, [c], d, [x]", einsum.positional) == [(0, 10), (12, 15)]
+
+
+def test_schema_data_is_what_torch_says():
+    """The shipped file is what tools/gen_op_schemas.py writes from this torch (when it is the
+    torch the file names): regenerate it when this fails after a torch upgrade."""
+    torch = pytest.importorskip("torch")
+    from importlib import resources
+
+    from layerc.tools.gen_op_schemas import collect
+
+    doc = json.loads(resources.files("layerc.grammar").joinpath("data/aten_str_schemas.json").read_text())
+    if f"from torch {torch.__version__.split('+')[0]};" not in doc["about"]:
+        pytest.skip(f"the schema file is from another torch than {torch.__version__}")
+    assert collect() == doc["schemas"]
 
 
 # -- real torch.export graphs ---------------------------------------------------------------------
