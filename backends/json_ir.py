@@ -1,6 +1,7 @@
 """The IR as JSON (``layerc opt --emit json``): everything a printer could show, in a form other
 tools read without layerc. Arguments keep their kinds: references are ``{"ref": name}``,
-tuples ``{"tuple": [...]}``, torch constants ``{"dtype": ...}`` / ``{"device": ...}``."""
+tuples ``{"tuple": [...]}``, torch constants ``{"dtype": ...}`` / ``{"device": ...}``, complex
+numbers ``{"complex": "(1+2j)"}``, symbolic sizes ``{"sym": "2*s77"}``, ``{"ellipsis": true}``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from layerc.backends.json_encoding import to_json
 
 from layerc.ir.constants import Device, DType, TorchAttr
 from layerc.ir.graph import Graph, Module, Node, Value, Weight
-from layerc.ir.types import OpaqueType, TensorType, TupleType, Type, UnknownType
+from layerc.ir.types import OpaqueType, SymDim, TensorType, TupleType, Type, UnknownType
 
 
 def module_to_dict(module: Module) -> dict:
@@ -91,6 +92,12 @@ def arg_to_json(a):
         return {"device": str(a)}
     if isinstance(a, TorchAttr):
         return {"torch": a.name}
+    if isinstance(a, complex):
+        return {"complex": repr(a)}
+    if isinstance(a, SymDim):
+        return {"sym": a.expr}
+    if a is Ellipsis:
+        return {"ellipsis": True}
     raise TypeError(f"cannot encode {type(a).__name__} as JSON")
 
 

@@ -307,3 +307,11 @@ def test_torch_export_graphs_with_strings_round_trip(tmp_path):
         assert ops["aten.einsum.default"].args[0] == EINSUM
         assert ops["aten._assert_scalar.default"].args[1] == MESSAGE
         assert ops["aten.pad.default"].args[1:] == ([1, 1], "reflect")
+
+
+def test_every_constant_class_has_a_json_form():
+    """``opt --emit json`` keeps kinds apart for the classes the readers now take."""
+    from layerc.backends.json_ir import arg_to_json
+
+    assert arg_to_json([1 + 2j, SymDim("2*s77"), Ellipsis, slice(None, SymDim("s0"), None), math.nan]) == [
+        {"complex": "(1+2j)"}, {"sym": "2*s77"}, {"ellipsis": True}, {"slice": [None, {"sym": "s0"}, None]}, {"float": "nan"}]
