@@ -137,8 +137,9 @@ class ConstantCallbacks(Transformer):
     def name_list(self, c):
         (tok,) = c
         loc = loc_of(tok)
-        word = self._word
-        return [atom_value(w) if w in NON_NAMES else word(w, loc) for w in tok.value[1:-1].split(", ")]
+        resolve, word = self._resolve, self._word  # (weight lists run to 10**5 names: the cheap test first)
+        return [atom_value(w) if w in NON_NAMES else word(w, loc) if w[0] in "su" else resolve(w, loc)
+                for w in tok.value[1:-1].split(", ")]
 
     def int_list(self, c):
         (tok,) = c
