@@ -189,8 +189,16 @@ ARCHES: tuple[str, ...] = tuple(ARCH_CONFIGS)
 
 
 def tiny_config(arch: str) -> dict[str, Any]:
-    """The tiny config of ``arch`` as HF config keys (the shared base and the arch's overrides)."""
-    return {**_BASE, **ARCH_CONFIGS[arch]}
+    """The tiny config of ``arch`` as HF config keys: the shared base (transformers maps the
+    common names to each model's own through ``attribute_map``), then the arch's overrides."""
+    return {**_BASE, **ARCH_CONFIGS.get(arch, {})}
+
+
+def model_types() -> list[str]:
+    """Every causal-LM model type of the installed transformers (``ARCHES`` are the tested ones)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
 def _require_torch() -> None:
@@ -217,8 +225,8 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if arch not in ARCH_CONFIGS:
-        raise LayercError(f"unknown --arch {arch!r}; choose one of: {', '.join(ARCHES)}")
+    if arch not in ARCH_CONFIGS and arch not in model_types():
+        raise LayercError(f"unknown --arch {arch!r}: not a causal-LM model type of transformers; tested: {', '.join(ARCHES)}")
     if layers < 1:
         raise LayercError(f"--layers must be at least 1, got {layers}")
     if experts is not None and experts not in EXPERTS_IMPLEMENTATIONS:
@@ -647,7 +655,8 @@ def node_modules(gm) -> dict[str, str]:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", required=True, choices=ARCHES, help="model architecture (config model_type)")
+    p.add_argument("--arch", required=True, metavar="MODEL_TYPE",
+                   help=f"model architecture: any causal-LM model_type of transformers; tested: {', '.join(ARCHES)}")
     p.add_argument("--layers", type=int, default=2, metavar="N", help="number of decoder layers (default 2)")
     p.add_argument(
         "--experts",
