@@ -38,16 +38,22 @@ LAYERS = 3
 
 def decoder_architectures() -> tuple[list[str], dict[str, str]]:
     """The decoder-only causal-LM model types of the installed transformers, and the others with
-    why they are left out (an encoder or an encoder-decoder used as a causal LM)."""
+    why they are left out (an encoder or an encoder-decoder used as a causal LM, or one that
+    ``export-hf`` does not export: :data:`export_hf.NOT_EXPORTED` says why)."""
     from transformers import AutoConfig, logging as hf_logging
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
     )
 
+    from layerc.tools.export_hf import NOT_EXPORTED
+
     hf_logging.set_verbosity_error()  # default configs warn about their own token ids
     keep, left_out = [], {}
     for arch in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        if arch in NOT_EXPORTED:
+            left_out[arch] = NOT_EXPORTED[arch]
+            continue
         if arch in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
             left_out[arch] = "an encoder (masked LM) with a causal-LM head"
             continue
