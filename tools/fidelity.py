@@ -70,7 +70,11 @@ def decoder_architectures() -> tuple[list[str], dict[str, str]]:
 
 
 def measure(arch: str, layers: int = LAYERS) -> dict:
-    """Export ``arch`` and measure it (in this process: :func:`run_child` isolates it)."""
+    """Export ``arch`` and measure it (in this process: :func:`run_child` isolates it).
+
+    Each syntax is read on its own: one that does not parse is recorded (``parse_error`` for the
+    dump, ``fx_parse_error`` for the FX print) and its round trip counts as failed; the slicer
+    runs on the dump, or on the FX print where only that parses (``sliced_syntax``)."""
     from layerc.backends.autodeploy import print_module
     from layerc.backends.fx import print_graph
     from layerc.grammar.dumps import load, parse_and_verify
@@ -91,27 +95,40 @@ def measure(arch: str, layers: int = LAYERS) -> dict:
         dump_text = (Path(tmp) / export_hf.DUMP_FILENAME).read_text()
         fx_text = (Path(tmp) / export_hf.FX_FILENAME).read_text()
         truth = json.loads((Path(tmp) / export_hf.LAYERS_FILENAME).read_text())["nodes"]
+        module = fx_module = None
         try:
             module = load(tmp)
-        except LayercError as e:
-            record["parse_error"] = e.format().splitlines()[0]
-            return record
-        record["dump_round_trip"] = print_module(module) == dump_text
+            record["dump_round_trip"] = print_module(module) == dump_text
+        except Exception as e:  # noqa: BLE001 - a reader's own crash is a finding too, not the end of the run
+            record["dump_round_trip"] = False
+            record["parse_error"] = _diagnostic(e, tmp)
         try:
-            record["fx_round_trip"] = print_graph(parse_and_verify(fx_text, "fx_graph.txt").graphs[0]) == fx_text
-        except LayercError as e:
+            fx_module = parse_and_verify(fx_text, export_hf.FX_FILENAME)
+            record["fx_round_trip"] = print_graph(fx_module.graphs[0]) == fx_text
+        except Exception as e:  # noqa: BLE001
             record["fx_round_trip"] = False
-            record["fx_parse_error"] = e.format().splitlines()[0]
+            record["fx_parse_error"] = _diagnostic(e, tmp)
+        if module is None:
+            if fx_module is None:
+                return record
+            module, record["sliced_syntax"] = fx_module, "fx"
         try:
             SliceLayers().apply(Context(), module)
-        except LayercError as e:
-            record["slice_error"] = e.format().splitlines()[0]
+        except Exception as e:  # noqa: BLE001
+            record["slice_error"] = _diagnostic(e, tmp)
             return record
         ops = [n for n in module.main_graph().nodes if n.kind == OP]
         record["nodes"] = len(ops)
         record.update(agreement([(n.name, n.meta.get("layer"), truth.get(n.name)) for n in ops], "all"))
         record.update(agreement([(n.name, n.meta.get("layer"), truth.get(n.name)) for n in ops if n.weights], "weights"))
     return record
+
+
+def _diagnostic(e: Exception, tmp: str) -> str:
+    """The first line of a diagnostic (of any other exception: ``internal error:`` and its type),
+    its file named without the temporary directory."""
+    text = e.format().splitlines()[0] if isinstance(e, LayercError) else f"internal error: {_first_line(e)}"
+    return text.replace(str(Path(tmp)) + os.sep, "")
 
 
 def agreement(rows: list[tuple[str, int | None, int | None]], prefix: str) -> dict:
@@ -142,10 +159,16 @@ def run_child(arch: str, layers: int) -> dict:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return {"arch": arch, "layers": layers, "export_error": f"ran past {CHILD_SECONDS} s"}
-    lines = out.decode().strip().splitlines()
+    lines = out.decode("utf-8", "replace").strip().splitlines()
     if proc.returncode != 0 or not lines:
         return {"arch": arch, "layers": layers, "export_error": f"the child died (exit {proc.returncode}): {_tail(err)}"}
-    return json.loads(lines[-1])
+    try:
+        record = json.loads(lines[-1])
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or record.get("arch") != arch:
+        return {"arch": arch, "layers": layers, "export_error": f"the child printed no record: {lines[-1][:200]}"}
+    return record
 
 
 def table(records: list[dict], left_out: dict[str, str]) -> str:
@@ -157,12 +180,14 @@ def table(records: list[dict], left_out: dict[str, str]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: r["arch"]):
         note = r.get("export_error") or r.get("parse_error") or r.get("slice_error") or r.get("fx_parse_error") or ""
+        if r.get("sliced_syntax"):
+            note = f"sliced from the {r['sliced_syntax']} print; {note}"
         lines.append(
             f"| {r['arch']} | {r.get('nodes', '')} | {_yes(r.get('dump_round_trip'))} | {_yes(r.get('fx_round_trip'))} | "
             f"{pct(r.get('all_recall'))} | {pct(r.get('all_precision'))} | {pct(r.get('weights_recall'))} | "
             f"{pct(r.get('weights_precision'))} | {note[:120].replace('|', '/')} |")
     if left_out:
-        lines += ["", "Left out (not decoder-only):", ""]
+        lines += ["", "Left out:", ""]
         lines += [f"- {arch}: {why}" for arch, why in sorted(left_out.items())]
     return "\n".join(lines) + "\n"
 
@@ -230,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
         state = r.get("export_error") or r.get("parse_error") or r.get("slice_error") or \
             f"recall {r.get('all_recall')} precision {r.get('all_precision')}"
         print(f"[{i}/{len(archs)}] {arch}: {state}", file=sys.stderr, flush=True)
-    if args.json:
-        write_atomic(args.json, json.dumps(records, indent=1) + "\n")
+        if args.json:  # after every architecture: a long run stopped half-way keeps what it measured
+            write_atomic(args.json, json.dumps(records, indent=1) + "\n")
     text = f"{summary(records)}\n\n{table(records, left_out)}"
     if args.table:
         write_atomic(args.table, text)
