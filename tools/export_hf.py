@@ -909,8 +909,21 @@ def node_modules(gm) -> dict[str, str]:
     return out
 
 
+def _model_type(value: str) -> str:
+    """``--arch``: a causal-LM model type of the installed transformers (checked where it imports)."""
+    if value in ARCH_CONFIGS or value in NOT_EXPORTED:
+        return value
+    try:
+        known = model_types()
+    except ImportError:  # run() says what is missing
+        return value
+    if value not in known:
+        raise argparse.ArgumentTypeError(f"not a causal-LM model type of transformers: {value!r}")
+    return value
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", required=True, metavar="MODEL_TYPE",
+    p.add_argument("--arch", required=True, type=_model_type, metavar="MODEL_TYPE",
                    help=f"model architecture: any causal-LM model_type of transformers; tested: {', '.join(ARCHES)}")
     p.add_argument("--layers", type=int, default=2, metavar="N", help="number of decoder layers (default 2)")
     p.add_argument(

@@ -255,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
         state = r.get("export_error") or r.get("parse_error") or r.get("slice_error") or \
             f"recall {r.get('all_recall')} precision {r.get('all_precision')}"
         print(f"[{i}/{len(archs)}] {arch}: {state}", file=sys.stderr, flush=True)
-        if args.json:  # after every architecture: a long run stopped half-way keeps what it measured
-            write_atomic(args.json, json.dumps(records, indent=1) + "\n")
+    if args.json:
+        write_atomic(args.json, json.dumps(records, indent=1) + "\n")
     text = f"{summary(records)}\n\n{table(records, left_out)}"
     if args.table:
         write_atomic(args.table, text)
