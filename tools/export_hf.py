@@ -283,7 +283,9 @@ ARCH_CONFIGS.update({
     "opt": {"ffn_dim": 128},
     "xglm": {"ffn_dim": 128},
     "trocr": {"decoder_ffn_dim": 128},
-    # tiny image and audio towers (unused: text-only input)
+    # tiny image (and audio) towers: unused on token ids, but built
+    "git": {"vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                              "num_attention_heads": 2, "image_size": 32, "patch_size": 16}},
     "phi4_multimodal": {
         "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
                           "image_size": 28, "crop_size": 28},
@@ -291,9 +293,6 @@ ARCH_CONFIGS.update({
                          "ext_pw_out_channel": 32, "depthwise_separable_out_channel": 32, "nemo_conv_channels": 32},
     },
     "moshi": {"ffn_dim": 256},
-    # a tiny image tower (unused: text-only input)
-    "git": {"vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                              "num_attention_heads": 2, "image_size": 32, "patch_size": 16}},
     "xlnet": {"max_position_embeddings": DROP, "d_head": 16, "d_inner": 128},
     "gemma3n_text": {
         "head_dim": 16,
@@ -394,6 +393,15 @@ ARCH_CONFIGS.update({
     "lfm2_moe": {**_MOE, "num_experts": 8, "num_dense_layers": 1, "layer_types": cycle("conv", "full_attention")},
     "lfm3": {"head_dim": 16, "sliding_window": 4, "layer_types": cycle("conv", "full_attention", "sliding_attention")},
     "recurrent_gemma": {"attention_window_size": 4},
+    # sliding and global attention layers, each with a short convolution
+    "inkling_text": {**_MOE, "head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
+                     "sliding_window_size": 4, "n_routed_experts": 8, "n_shared_experts": 1,
+                     "layer_types": cycle("hybrid_sliding", "hybrid"), "mlp_layer_types": cycle("dense", "sparse")},
+    "inkling2_text": {"head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
+                      "sliding_window_size": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                      "intermediate_size": 32,  # its experts' width (attribute_map)
+                      "unpadded_vocab_size": 128, "n_layers_per_attn_res_block": 2,
+                      "layer_types": cycle("hybrid_sliding", "hybrid")},
     # byte-level: a local encoder and decoder (one layer each) around the global transformer's layers;
     # static patches (entropy patching sizes them from the data: torch.export refuses it)
     "blt": {"vocab_size": 260, "patch_in_forward": False, "patching_mode": "static", "local_attention_window_len": 8,
@@ -405,17 +413,11 @@ ARCH_CONFIGS.update({
                                "num_hidden_layers": 1, "intermediate_size": 128},
             "global_config": {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": LAYERS,
                               "intermediate_size": 128}},
-    # multimodal configs whose causal LM is the text model alone
+    # multimodal configs: the base goes to their text config (mllama: a cross-attention layer, idle
+    # without an image)
     "mllama": {"text_config": {"cross_attention_layers": [1]}},
     "emu3": {"text_config": {}},
     "fuyu": {"text_config": {}},
-    "inkling_text": {**_MOE, "head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
-                     "sliding_window_size": 4, "n_routed_experts": 8, "n_shared_experts": 1,
-                     "layer_types": cycle("hybrid_sliding", "hybrid"), "mlp_layer_types": cycle("dense", "sparse")},
-    "inkling2_text": {"head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
-                      "sliding_window_size": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
-                      "intermediate_size": 32, "unpadded_vocab_size": 128, "n_layers_per_attn_res_block": 2,
-                      "layer_types": cycle("hybrid_sliding", "hybrid")},
 })
 ARCH_CONFIGS["inkling2_loop_text"] = {**ARCH_CONFIGS["inkling2_text"], "loop_gate_rank": 8, "loop_layer_index_start": 1,
                                       "loop_layer_index_end": 2, "loop_num_passes": 2,

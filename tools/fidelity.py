@@ -203,13 +203,21 @@ def spliced(readme: str, text: str) -> str:
     return f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}"
 
 
+def score(r: dict) -> float | None:
+    """min(recall, precision) of a sliced record, None for one not sliced; a figure with nothing to
+    count (no op placed in a layer, or none inside one) counts as 0."""
+    if "nodes" not in r:
+        return None
+    return min(r.get("all_recall") or 0.0, r.get("all_precision") or 0.0)
+
+
 def summary(records: list[dict]) -> str:
     exported = [r for r in records if "export_error" not in r]
-    sliced = [r for r in exported if r.get("all_recall") is not None]
-    good = [r for r in sliced if min(r["all_recall"], r["all_precision"]) >= 0.995]
+    sliced = [r for r in exported if score(r) is not None]
+    good = [r for r in sliced if score(r) >= 0.995]
     exact = [r for r in sliced if r.get("weights_recall") == 1.0 and r.get("weights_precision") == 1.0]
     both = [r for r in exported if r.get("dump_round_trip") and r.get("fx_round_trip")]
-    mean = sum(min(r["all_recall"], r["all_precision"]) for r in sliced) / len(sliced) if sliced else 0.0
+    mean = sum(score(r) for r in sliced) / len(sliced) if sliced else 0.0
     return (f"{len(records)} architectures, {len(exported)} export, {len(both)} round-trip in both syntaxes, "
             f"{len(sliced)} sliced: {len(good)} at >= 0.995 recall and precision, {len(exact)} exact on weight ops, "
             f"mean min(recall, precision) {mean:.3f}")
