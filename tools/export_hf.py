@@ -115,8 +115,9 @@ LAYERS = PerLayer(lambda n: n, "layers")
 #: an override that removes a key of _BASE (a config that refuses it)
 DROP = object()
 
-# arch (config model_type) -> overrides on top of _BASE.  Every entry exports
-# with torch 2.13 / transformers 5.x (checked by tests/test_export_hf.py).
+# arch (config model_type) -> overrides on top of _BASE (a model type not listed gets _BASE
+# alone). These first entries are ARCHES, the tested set: each exports with torch 2.13 /
+# transformers 5.x (checked by tests/test_export_hf.py); the rest are added below.
 ARCH_CONFIGS: dict[str, dict[str, Any]] = {
     # dense decoders
     "llama": {},
@@ -213,8 +214,10 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
 ARCHES: tuple[str, ...] = tuple(ARCH_CONFIGS)
 
 # Multi-head latent attention dims alone (no MoE in them).
-_MLA: dict[str, Any] = {k: _DEEPSEEK[k] for k in
-                        ("num_key_value_heads", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
+_MLA: dict[str, Any] = {
+    k: _DEEPSEEK[k]
+    for k in ("num_key_value_heads", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+}
 # 8 routed experts of width 32, top-2, in the DeepSeek names.
 _ROUTED: dict[str, Any] = {**_MOE, "n_routed_experts": 8, "n_group": 2, "topk_group": 1}
 # A sparse-attention indexer (DeepSeek-V3.2 style) sized for 8 tokens.
@@ -316,7 +319,8 @@ ARCH_CONFIGS.update({
         "top_k_experts": 2,
         "moe_intermediate_size": 32,
     },
-    "gemma4_unified_text": {"head_dim": 16, "sliding_window": 4, "layer_types": cycle("sliding_attention", "full_attention")},
+    "gemma4_unified_text": {"head_dim": 16, "sliding_window": 4,
+                            "layer_types": cycle("sliding_attention", "full_attention")},
     # mixture of experts
     "afmoe": {**_MOE, "head_dim": 16, "num_experts": 8, "num_shared_experts": 1, "sliding_window": 4,
               "global_attn_every_n_layers": 2},
@@ -348,7 +352,8 @@ ARCH_CONFIGS.update({
     "deepseek_v4": {"head_dim": 16, "q_lora_rank": 32, "o_groups": 2, "o_lora_rank": 16, "n_routed_experts": 8,
                     "num_experts_per_tok": 2, "moe_intermediate_size": 32, "sliding_window": 4, **_INDEXER,
                     "compress_rates": {"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
-                    "layer_types": cycle("sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"),
+                    "layer_types": cycle("sliding_attention", "compressed_sparse_attention",
+                                         "heavily_compressed_attention"),
                     "mlp_layer_types": cycle("hash_moe", "moe")},
     # multi-head latent attention
     "minicpm3": dict(_MLA),
@@ -394,8 +399,8 @@ ARCH_CONFIGS.update({
     "lfm3": {"head_dim": 16, "sliding_window": 4, "layer_types": cycle("conv", "full_attention", "sliding_attention")},
     "recurrent_gemma": {"attention_window_size": 4},
     # sliding and global attention layers, each with a short convolution
-    "inkling_text": {**_MOE, "head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
-                     "sliding_window_size": 4, "n_routed_experts": 8, "n_shared_experts": 1,
+    "inkling_text": {**_MOE, "head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4,
+                     "swa_num_key_value_heads": 2, "sliding_window_size": 4, "n_routed_experts": 8, "n_shared_experts": 1,
                      "layer_types": cycle("hybrid_sliding", "hybrid"), "mlp_layer_types": cycle("dense", "sparse")},
     "inkling2_text": {"head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
                       "sliding_window_size": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
@@ -406,7 +411,8 @@ ARCH_CONFIGS.update({
     # static patches (entropy patching sizes them from the data: torch.export refuses it)
     "blt": {"vocab_size": 260, "patch_in_forward": False, "patching_mode": "static", "local_attention_window_len": 8,
             "encoder_hash_byte_group_vocab": 64, "encoder_hash_byte_group_size": [3, 4],
-            "patcher_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64},
+            "patcher_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                               "intermediate_size": 64},
             "encoder_config": {"hidden_size": 64, "hidden_size_global": 64, "num_attention_heads": 4,
                                "num_hidden_layers": 1, "intermediate_size": 128},
             "decoder_config": {"hidden_size": 64, "hidden_size_global": 64, "num_attention_heads": 4,
@@ -478,7 +484,9 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if arch not in ARCH_CONFIGS and arch not in model_types():
-        raise LayercError(f"unknown --arch {arch!r}: not a causal-LM model type of transformers; tested: {', '.join(ARCHES)}")
+        raise LayercError(
+            f"unknown --arch {arch!r}: not a causal-LM model type of transformers; tested: {', '.join(ARCHES)}"
+        )
     if arch in NOT_EXPORTED:
         raise LayercError(f"--arch {arch} is not exported: {NOT_EXPORTED[arch]}")
     if layers < 1:

@@ -250,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
     if args.child:
         print(json.dumps(measure(args.child, args.layers)), flush=True)
         return 0
+    if args.readme:  # before the long run, not after it: a README without the markers stops here
+        spliced(_read_readme(args.readme), "")
     archs, left_out = decoder_architectures()
     if args.arch:
         unknown = sorted(set(args.arch) - set(archs) - set(left_out))
@@ -269,9 +271,16 @@ def run(args: argparse.Namespace) -> int:
     if args.table:
         write_atomic(args.table, text)
     if args.readme:
-        write_atomic(args.readme, spliced(Path(args.readme).read_text(), text))
+        write_atomic(args.readme, spliced(_read_readme(args.readme), text))
     print(summary(records))
     return 0
+
+
+def _read_readme(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise LayercError(f"cannot read {path}: {e.strerror}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
