@@ -16,7 +16,7 @@ DEMO   := out/demo
 SGLANG_VERSION ?= 0.5.9
 SGLANG_WHEEL   := build/wheels/sglang-$(SGLANG_VERSION)-py3-none-any.whl
 
-.PHONY: install demo test bench fuzz graphviz clean
+.PHONY: install demo test bench fuzz fidelity graphviz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ test: install
 # A long fuzz campaign over every reader (tests/fuzz): the figures go in the README.
 fuzz: install
 	$(PY) -m tests.fuzz.campaign --cases 4200 --jobs 2
+
+# Grammars and slicer against nn_module_stack on every decoder-only HF architecture: the table
+# goes in the README (between the fidelity markers).
+fidelity: install
+	@mkdir -p out
+	$(VENV)/bin/layerc fidelity --json out/fidelity.json --table out/fidelity.md --readme README.md
 
 bench: install
 	$(PIP) install -q $(FIND_LINKS) -e ".[bench]"

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from layerc.ir.diagnostics import LayercError
 from layerc.tools import export_hf
 
 NUM_LAYERS = 2
@@ -61,6 +62,34 @@ def test_parser():
         p.parse_args(["--arch", "no_such_arch", "o"])
     for required in ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "mistral"):
         assert required in export_hf.ARCHES
+
+
+def test_tiny_config_made_for_the_layer_count():
+    assert export_hf.tiny_config("llama", 3) == {**export_hf._BASE, "num_hidden_layers": 3}
+    # a hybrid's pattern, repeated and cut to the layer count
+    assert export_hf.tiny_config("qwen3_next", 2)["layer_types"] == ["linear_attention", "full_attention"]
+    assert export_hf.tiny_config("qwen3_next", 3)["layer_types"] == ["linear_attention", "full_attention", "linear_attention"]
+    assert export_hf.tiny_config("gpt_neo", 3)["attention_types"] == [[["global", "local"], 1], [["global"], 1]]
+    # DROP removes a base key; LAYERS reaches into sub-configs
+    assert "max_position_embeddings" not in export_hf.tiny_config("xlnet", 2)
+    assert export_hf.tiny_config("blt", 3)["global_config"]["num_hidden_layers"] == 3
+    # a wrapper: the base goes to its text config
+    mllama = export_hf.tiny_config("mllama", 3)
+    assert "vocab_size" not in mllama
+    assert mllama["text_config"] == {**export_hf._BASE, "num_hidden_layers": 3, "cross_attention_layers": [1]}
+
+
+def test_the_tested_set_and_the_left_out():
+    assert len(export_hf.ARCHES) == 44 and "jamba" not in export_hf.ARCHES and "jamba" in export_hf.ARCH_CONFIGS
+    assert not set(export_hf.NOT_EXPORTED) & set(export_hf.ARCH_CONFIGS)
+    assert export_hf.NOT_EXPORTED["gemma3"] == "multimodal wrapper: its text model is gemma3_text"
+
+
+def test_an_architecture_not_exported_says_why():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    with pytest.raises(LayercError, match="--arch dbrx is not exported: its experts loop in Python over nonzero"):
+        export_hf.build_model("dbrx", 2)
 
 
 def test_imports_and_fails_cleanly_without_torch(tmp_path):

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gen-trace": ("layerc.tools.gen_trace", "generate a realistic Kineto trace of LLM serving with layer and stage truth"),
     "gen-nsys": ("layerc.tools.gen_nsys", "generate a realistic Nsight Systems SQLite export of LLM inference"),
     "export-hf": ("layerc.tools.export_hf", "export a tiny random HF model to an AutoDeploy dump (needs [torch])"),
+    "fidelity": ("layerc.tools.fidelity", "grammars and slicer against nn_module_stack on every decoder-only HF architecture (needs [torch])"),
     "gen-dump": ("layerc.tools.gen_dump", "generate a realistic post-fusion AutoDeploy dump"),
     "gen-kernels": ("layerc.tools.gen_kernels", "generate a CUDA-graph replay of a dump's graph, with the node that launched each kernel"),
     "gen-mem": ("layerc.tools.gen_ws_mem", "generate Triton warp-specialization memory-planner dumps (a port of the planner's emitters)"),

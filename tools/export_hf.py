@@ -90,12 +90,34 @@ _DEEPSEEK: dict[str, Any] = {
     "norm_topk_prob": True,
 }
 
-# The Mamba-2 mixer of the hybrids: 4 heads of 32 (inner width 128 = 2 x hidden), state 16, chunks of 8.
-_MAMBA2: dict[str, Any] = {"mamba_n_heads": 4, "mamba_d_head": 32, "mamba_d_state": 16, "mamba_n_groups": 1,
-                           "mamba_chunk_size": 8}
+class PerLayer:
+    """A config value that depends on the number of decoder layers (a per-layer pattern)."""
 
-# arch (config model_type) -> overrides on top of _BASE.  Every entry exports
-# with torch 2.13 / transformers 5.x (checked by tests/test_export_hf.py).
+    def __init__(self, make, text: str) -> None:
+        self.make, self.text = make, text
+
+    def __call__(self, layers: int) -> Any:
+        return self.make(layers)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def cycle(*kinds: Any) -> PerLayer:
+    """``kinds`` repeated and cut to the layer count: ``cycle("mamba", "attention")`` is
+    ``["mamba", "attention", "mamba"]`` for 3 layers (put every kind in the first layers)."""
+    return PerLayer(lambda n: [kinds[i % len(kinds)] for i in range(n)], f"cycle{kinds!r}")
+
+
+#: the layer count itself, where a config keeps it under another name or in a sub-config
+LAYERS = PerLayer(lambda n: n, "layers")
+
+#: an override that removes a key of _BASE (a config that refuses it)
+DROP = object()
+
+# arch (config model_type) -> overrides on top of _BASE (a model type not listed gets _BASE
+# alone). These first entries are ARCHES, the tested set: each exports with torch 2.13 /
+# transformers 5.x (checked by tests/test_export_hf.py); the rest are added below.
 ARCH_CONFIGS: dict[str, dict[str, Any]] = {
     # dense decoders
     "llama": {},
@@ -187,35 +209,254 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
         "num_local_experts": 4,
         "num_experts_per_tok": 1,
     },
-    # Mamba-2 and its hybrids: 4 SSM heads of 32 over an inner width of 128, chunks of 8 tokens.
-    # Their chunked scan prints einsum equations (aten.einsum.default(bclhn,bcshn->bclsh, ...)).
-    "mamba2": {"num_heads": 4, "head_dim": 32, "state_size": 16, "n_groups": 1, "expand": 2, "chunk_size": 8},
-    "bamba": {**_MAMBA2},
-    "nemotron_h": {"mamba_num_heads": 4, "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 1,
-                   "chunk_size": 8, "head_dim": 16},
-    "granitemoehybrid": {**_MAMBA2, "num_local_experts": 4, "num_experts_per_tok": 2},
-    "falcon_h1": {**_MAMBA2, "mamba_d_ssm": 128, "head_dim": 16},
-    "zamba2": {"n_mamba_heads": 4, "mamba_headdim": 32, "mamba_d_state": 16, "mamba_ngroups": 1, "chunk_size": 8,
-               "attention_head_dim": 16},
-}
-
-#: Hybrids name each layer's kind in their config: odd layers are attention, even ones Mamba-2.
-_HYBRID_LAYERS: dict[str, Any] = {
-    "bamba": lambda n: {"attn_layer_indices": [i for i in range(n) if i % 2]},
-    "nemotron_h": lambda n: {"hybrid_override_pattern": "".join("*" if i % 2 else "M" for i in range(n))},
-    "granitemoehybrid": lambda n: {"layer_types": ["attention" if i % 2 else "mamba" for i in range(n)]},
-    "zamba2": lambda n: {"layer_types": ["hybrid" if i % 2 else "mamba" for i in range(n)],
-                         "hybrid_layer_ids": [i for i in range(n) if i % 2]},
 }
 
 ARCHES: tuple[str, ...] = tuple(ARCH_CONFIGS)
 
+# Multi-head latent attention dims alone (no MoE in them).
+_MLA: dict[str, Any] = {
+    k: _DEEPSEEK[k]
+    for k in ("num_key_value_heads", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+}
+# 8 routed experts of width 32, top-2, in the DeepSeek names.
+_ROUTED: dict[str, Any] = {**_MOE, "n_routed_experts": 8, "n_group": 2, "topk_group": 1}
+# A sparse-attention indexer (DeepSeek-V3.2 style) sized for 8 tokens.
+_INDEXER: dict[str, Any] = {"index_head_dim": 16, "index_n_heads": 2, "index_topk": 4}
+# Qwen3-Next style gated delta net dims, the pattern linear then full attention.
+_GATED_DELTA: dict[str, Any] = {
+    "head_dim": 16,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "layer_types": cycle("linear_attention", "full_attention"),
+}
+# Mamba-2 mixers: heads x head dim = expand (2) x hidden (64).
+_MAMBA2: dict[str, Any] = {"mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 8}
+
+_EXPERT_LOOP = ("its experts loop in Python over nonzero() (no experts_implementation to pick): torch.export "
+                "stops at a data-dependent guard (GuardOnDataDependentSymNode)")
+
+#: causal-LM model types of transformers that export-hf does not export, and why
+NOT_EXPORTED: dict[str, str] = {
+    **{wrapper: f"multimodal wrapper: its text model is {text}" for wrapper, text in {
+        "gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "gemma4": "gemma4_text",
+        "gemma4_unified": "gemma4_unified_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
+        "qwen3_5_moe": "qwen3_5_moe_text", "qwen4_exp": "qwen4_exp_text", "dots3_note": "dots3_note_text",
+        "got_ocr2": "qwen2", "moss_transcribe_diarize": "qwen3"}.items()},
+    **{drafter: "speculative-decoding drafter: its forward needs the target model's embeddings and shared KV "
+                "states (inputs_embeds, shared_kv_states), not token ids"
+       for drafter in ("gemma4_assistant", "gemma4_unified_assistant")},
+    "dbrx": _EXPERT_LOOP,
+    "longcat_flash": _EXPERT_LOOP,
+}
+
+
+def _gpt_neo_attention(layers: int) -> list:
+    pairs = [[["global", "local"], layers // 2]] if layers > 1 else []
+    return pairs + ([[["global"], 1]] if layers % 2 else [])
+
+
+# The other decoder-only causal LMs of transformers, untested here but measured by
+# `layerc fidelity` (ARCHES above stay the tested set). Hybrids list every layer kind in their
+# first 2-3 layers; MoE models get 4-8 experts.
+ARCH_CONFIGS.update({
+    # dense decoders whose default head is wider than hidden / heads
+    **{arch: {"head_dim": 16} for arch in ("ernie4_5", "internlm3", "iquestcoder", "hunyuan_v1_dense", "ministral3")},
+    "hrm_text": {"head_dim": 16, "H_cycles": 1, "L_cycles": 1},
+    "cwm": {"head_dim": 16, "sliding_window": 4},
+    "vaultgemma": {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4},
+    "dory": {"head_dim": 16, "sliding_window": 4, "layer_types": cycle("sliding_attention", "full_attention")},
+    "modernbert-decoder": {"sliding_window": 4},
+    # rotary on the sliding layers only (NoPE full attention)
+    "cohere_compass_text": {"sliding_window": 4, "layer_types": cycle("sliding_attention", "full_attention"),
+                            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                "full_attention": None}},
+    # its sliding layers have MLA dims of their own (swa_*)
+    "dots3_note_text": {**_MLA, **_ROUTED, **_INDEXER, "n_group": 1, "shared_experts_intermediate_size": 32,
+                        "sliding_window": 4, "layer_types": cycle("indexed_attention", "sliding_attention"),
+                        **{f"swa_{k}": v for k, v in _MLA.items() if k != "qk_rope_head_dim"},
+                        "swa_num_attention_heads": 4, "swa_head_dim": 24},
+    "gpt_neo": {"attention_types": PerLayer(_gpt_neo_attention, "global/local pairs"), "window_size": 4},
+    # rotary_dim defaults to 64, wider than a head of 16
+    "gptj": {"rotary_dim": 8},
+    "codegen": {"rotary_dim": 8},
+    "xlstm": {"num_heads": 4},
+    "cpmant": {"dim_ff": 128},
+    "opt": {"ffn_dim": 128},
+    "xglm": {"ffn_dim": 128},
+    "trocr": {"decoder_ffn_dim": 128},
+    # tiny image (and audio) towers: unused on token ids, but built
+    "git": {"vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                              "num_attention_heads": 2, "image_size": 32, "patch_size": 16}},
+    "phi4_multimodal": {
+        "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "image_size": 28, "crop_size": 28},
+        "audio_config": {"hidden_size": 32, "intermediate_size": 64, "num_blocks": 1, "num_attention_heads": 2,
+                         "ext_pw_out_channel": 32, "depthwise_separable_out_channel": 32, "nemo_conv_channels": 32},
+    },
+    "moshi": {"ffn_dim": 256},
+    "xlnet": {"max_position_embeddings": DROP, "d_head": 16, "d_inner": 128},
+    "gemma3n_text": {
+        "head_dim": 16,
+        "sliding_window": 4,
+        "layer_types": cycle("sliding_attention", "full_attention"),
+        "intermediate_size": 128,
+        "vocab_size_per_layer_input": 128,
+        "hidden_size_per_layer_input": 16,
+        "laurel_rank": 8,
+        "num_kv_shared_layers": 0,
+        "altup_num_inputs": 2,
+    },
+    "gemma4_text": {
+        "head_dim": 16,
+        "sliding_window": 4,
+        "layer_types": cycle("sliding_attention", "full_attention"),
+        "vocab_size_per_layer_input": 128,
+        "hidden_size_per_layer_input": 16,
+        "enable_moe_block": True,
+        "num_experts": 4,
+        "top_k_experts": 2,
+        "moe_intermediate_size": 32,
+    },
+    "gemma4_unified_text": {"head_dim": 16, "sliding_window": 4,
+                            "layer_types": cycle("sliding_attention", "full_attention")},
+    # mixture of experts
+    "afmoe": {**_MOE, "head_dim": 16, "num_experts": 8, "num_shared_experts": 1, "sliding_window": 4,
+              "global_attn_every_n_layers": 2},
+    "beam": {**_MOE, "head_dim": 16, "num_experts": 8, "n_group": 2, "topk_group": 1, "sliding_window": 4,
+             "layer_types": cycle("sliding_attention", "full_attention"), "mlp_layer_types": cycle("dense", "sparse")},
+    "cohere2_moe": {"head_dim": 16, "sliding_window": 4, "sliding_window_pattern": 2},
+    "exaone_moe": {**_MOE, "num_experts": 8, "sliding_window": 4, "sliding_window_pattern": 2},
+    "flex_olmo": {"num_experts": 8, "num_experts_per_tok": 2},
+    "flint": {**_MOE, "head_dim": 16, "num_experts": 8, "shared_expert_intermediate_size": 64, "sliding_window": 4,
+              "layer_types": cycle("full_attention", "sliding_attention"), "mlp_only_layers": [0]},
+    "hy_v3": {**_MOE, "head_dim": 16, "num_experts": 8},
+    "kolibri1": {**_MOE, "head_dim": 16, "num_local_experts": 8, "shared_expert_intermediate_size": 64,
+                 "sliding_window": 4, "layer_types": cycle("sliding_attention", "full_attention")},
+    "laguna": {**_MOE, "head_dim": 16, "num_experts": 8, "shared_expert_intermediate_size": 64, "sliding_window": 4,
+               "layer_types": cycle("full_attention", "sliding_attention")},
+    "mellum": {**_MOE, "head_dim": 16, "num_local_experts": 8, "sliding_window": 4,
+               "layer_types": cycle("full_attention", "sliding_attention")},
+    "mimo_v2_flash": {**_MOE, "head_dim": 16, "v_head_dim": 16, "n_routed_experts": 8, "sliding_window": 4},
+    "minimax_m2": {"head_dim": 16, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "minimax_m3_vl_text": {"head_dim": 16, "rotary_dim": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+                           "dense_intermediate_size": 128, "shared_intermediate_size": 64, "index_head_dim": 16,
+                           "index_block_size": 2, "index_topk_blocks": 2,
+                           "layer_types": cycle("full_attention", "minimax_m3_sparse"),
+                           "mlp_layer_types": cycle("dense", "sparse")},
+    "sarvam_moe": {**_ROUTED, "head_dim": 16},
+    "solar_open": {**_ROUTED, "head_dim": 16},
+    "zaya": {**_MOE, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 1, "router_hidden_size": 32,
+             "sliding_window": 4, "layer_types": cycle("hybrid", "hybrid_sliding")},
+    "deepseek_v4": {"head_dim": 16, "q_lora_rank": 32, "o_groups": 2, "o_lora_rank": 16, "n_routed_experts": 8,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "sliding_window": 4, **_INDEXER,
+                    "compress_rates": {"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
+                    "layer_types": cycle("sliding_attention", "compressed_sparse_attention",
+                                         "heavily_compressed_attention"),
+                    "mlp_layer_types": cycle("hash_moe", "moe")},
+    # multi-head latent attention
+    "minicpm3": dict(_MLA),
+    "youtu": dict(_MLA),
+    "deepseek_v32": {**_MLA, **_ROUTED, **_INDEXER, "first_k_dense_replace": 1},
+    "glm4_moe_lite": {**_MLA, **_ROUTED, "n_group": 1},
+    "glm_moe_dsa": {**_MLA, **_ROUTED, **_INDEXER, "first_k_dense_replace": 1},
+    "axk1": {**_MLA, **_ROUTED},
+    "axk2": {**_MLA, **_ROUTED, **_INDEXER},
+    "hy_v4": {**_MLA, **_ROUTED, **_INDEXER, "n_group": 1},
+    "sarvam_mla": {**_MLA, **_ROUTED, "n_group": 1},
+    # hybrids: state-space / recurrent / linear-attention layers beside attention
+    "mamba2": {"num_heads": 8, "head_dim": 16, "n_groups": 1, "state_size": 16, "chunk_size": 8},
+    "bamba": {**_MAMBA2, "attn_layer_indices": [1]},
+    "falcon_h1": {**_MAMBA2, "mamba_d_ssm": 128, "head_dim": 16},
+    "granitemoehybrid": {**_MAMBA2, "shared_intermediate_size": 64,
+                         "layer_types": cycle("linear_attention", "full_attention")},
+    "nemotron_h": {"layers_block_type": cycle("linear_attention", "full_attention", "moe", "mlp"), "head_dim": 16,
+                   "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16, "chunk_size": 8,
+                   "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 64, "use_mamba_kernels": False},
+    "jamba": {"num_experts": 4, "attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2,
+              "expert_layer_offset": 1, "use_mamba_kernels": False},
+    "zamba": {"layers_block_type": cycle("linear_attention", "hybrid"), "use_mamba_kernels": False},
+    "zamba2": {"layers_block_type": cycle("linear_attention", "hybrid"), "mamba_d_state": 16, "chunk_size": 8,
+               "use_mamba_kernels": False, "adapter_rank": 8},
+    "qwen3_next": {**_GATED_DELTA, **_MOE, "num_experts": 8, "shared_expert_intermediate_size": 64},
+    "qwen3_5_text": dict(_GATED_DELTA),
+    "qwen3_5_moe_text": {**_GATED_DELTA, **_MOE, "num_experts": 8, "shared_expert_intermediate_size": 64},
+    # gated delta net layers only: its attention layers need the QSA indexer, whose block
+    # selection (nonzero, then a branch on its size) torch.export refuses
+    "qwen4_exp_text": {**_GATED_DELTA, **_MOE, "num_experts": 8, "shared_expert_intermediate_size": 64,
+                       "layer_types": cycle("linear_attention"), "hc_lowrank": 8, "ngram_vocab_size_base": 256},
+    "lara_mini": {**_GATED_DELTA, **_MOE, "num_experts": 8, "shared_expert_intermediate_size": 64, "sliding_window": 4,
+                  "layer_types": cycle("linear_attention", "sliding_attention")},
+    "olmo_hybrid": {"layer_types": cycle("linear_attention", "full_attention")},
+    "kimi_linear": {**_MLA, **_MOE, "num_experts": 8, "num_experts_per_token": 2, "linear_head_dim": 16,
+                    "linear_num_heads": 4, "layer_types": cycle("linear_attention", "full_attention")},
+    "bailing_hybrid": {**_MLA, **_MOE, "head_dim": 16, "num_experts": 8, "num_experts_per_token": 2,
+                       "num_expert_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "layer_group_size": 2,
+                       "linear_head_dim": 16, "linear_num_heads": 4},
+    "lfm2": {"layer_types": cycle("conv", "full_attention")},
+    "lfm2_moe": {**_MOE, "num_experts": 8, "num_dense_layers": 1, "layer_types": cycle("conv", "full_attention")},
+    "lfm3": {"head_dim": 16, "sliding_window": 4, "layer_types": cycle("conv", "full_attention", "sliding_attention")},
+    "recurrent_gemma": {"attention_window_size": 4},
+    # sliding and global attention layers, each with a short convolution
+    "inkling_text": {**_MOE, "head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4,
+                     "swa_num_key_value_heads": 2, "sliding_window_size": 4, "n_routed_experts": 8, "n_shared_experts": 1,
+                     "layer_types": cycle("hybrid_sliding", "hybrid"), "mlp_layer_types": cycle("dense", "sparse")},
+    "inkling2_text": {"head_dim": 16, "swa_head_dim": 16, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
+                      "sliding_window_size": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                      "intermediate_size": 32,  # its experts' width (attribute_map)
+                      "unpadded_vocab_size": 128, "n_layers_per_attn_res_block": 2,
+                      "layer_types": cycle("hybrid_sliding", "hybrid")},
+    # byte-level: a local encoder and decoder (one layer each) around the global transformer's layers;
+    # static patches (entropy patching sizes them from the data: torch.export refuses it)
+    "blt": {"vocab_size": 260, "patch_in_forward": False, "patching_mode": "static", "local_attention_window_len": 8,
+            "encoder_hash_byte_group_vocab": 64, "encoder_hash_byte_group_size": [3, 4],
+            "patcher_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                               "intermediate_size": 64},
+            "encoder_config": {"hidden_size": 64, "hidden_size_global": 64, "num_attention_heads": 4,
+                               "num_hidden_layers": 1, "intermediate_size": 128},
+            "decoder_config": {"hidden_size": 64, "hidden_size_global": 64, "num_attention_heads": 4,
+                               "num_hidden_layers": 1, "intermediate_size": 128},
+            "global_config": {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": LAYERS,
+                              "intermediate_size": 128}},
+    # multimodal configs: the base goes to their text config (mllama: a cross-attention layer, idle
+    # without an image)
+    "mllama": {"text_config": {"cross_attention_layers": [1]}},
+    "emu3": {"text_config": {}},
+    "fuyu": {"text_config": {}},
+})
+ARCH_CONFIGS["inkling2_loop_text"] = {**ARCH_CONFIGS["inkling2_text"], "loop_gate_rank": 8, "loop_layer_index_start": 1,
+                                      "loop_layer_index_end": 2, "loop_num_passes": 2,
+                                      "n_layers_per_attn_res_block": 1}
+
 
 def tiny_config(arch: str, layers: int = 2) -> dict[str, Any]:
-    """The tiny config of ``arch`` with ``layers`` decoder layers as HF config keys (the shared
-    base, the arch's overrides, a hybrid's per-layer kinds)."""
-    per_layer = _HYBRID_LAYERS[arch](layers) if arch in _HYBRID_LAYERS else {}
-    return {**_BASE, **ARCH_CONFIGS[arch], **per_layer}
+    """The tiny config of ``arch`` with ``layers`` decoder layers, as HF config keys: the shared
+    base (transformers maps the common names to each model's own through ``attribute_map``), then
+    the arch's overrides; a :class:`PerLayer` value is made for ``layers``, a ``DROP`` one removed."""
+    overrides = ARCH_CONFIGS.get(arch, {})
+    if "text_config" in overrides:  # a wrapper around a text model: the base goes to the text model
+        return {**_made(overrides, layers), "text_config": tiny_text_config(overrides["text_config"], layers)}
+    return tiny_text_config(overrides, layers)
+
+
+def tiny_text_config(overrides: dict[str, Any], layers: int) -> dict[str, Any]:
+    return _made({**_BASE, "num_hidden_layers": layers, **overrides}, layers)
+
+
+def _made(config: dict[str, Any], layers: int) -> dict[str, Any]:
+    """``config`` with its :class:`PerLayer` values made (in sub-configs too) and ``DROP`` keys removed."""
+    def made(v: Any) -> Any:
+        return v(layers) if isinstance(v, PerLayer) else _made(v, layers) if isinstance(v, dict) else v
+
+    return {k: made(v) for k, v in config.items() if v is not DROP}
+
+
+def model_types() -> list[str]:
+    """Every causal-LM model type of the installed transformers (``ARCHES`` are the tested ones)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
 def _require_torch() -> None:
@@ -242,8 +483,12 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if arch not in ARCH_CONFIGS:
-        raise LayercError(f"unknown --arch {arch!r}; choose one of: {', '.join(ARCHES)}")
+    if arch not in ARCH_CONFIGS and arch not in model_types():
+        raise LayercError(
+            f"unknown --arch {arch!r}: not a causal-LM model type of transformers; tested: {', '.join(ARCHES)}"
+        )
+    if arch in NOT_EXPORTED:
+        raise LayercError(f"--arch {arch} is not exported: {NOT_EXPORTED[arch]}")
     if layers < 1:
         raise LayercError(f"--layers must be at least 1, got {layers}")
     if experts is not None and experts not in EXPERTS_IMPLEMENTATIONS:
@@ -252,7 +497,7 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
         )
     if dtype not in DTYPES:
         raise LayercError(f"unknown --dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
-    config = AutoConfig.for_model(arch, **{**tiny_config(arch, layers), "num_hidden_layers": layers})
+    config = AutoConfig.for_model(arch, **tiny_config(arch, layers))
     torch.manual_seed(0)
     extra: dict[str, Any] = {}
     if experts is not None:
@@ -396,7 +641,8 @@ def _input_ids(model):
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    return torch.randint(0, model.config.vocab_size, (BATCH, SEQ_LEN), generator=gen)
+    vocab = model.config.get_text_config().vocab_size  # a multimodal config keeps it in its text config
+    return torch.randint(0, vocab, (BATCH, SEQ_LEN), generator=gen)
 
 
 def export_graph_module(arch: str, layers: int, *, experts: str | None = None, dtype: str = "float32"):
@@ -510,20 +756,22 @@ def normalize_module_path(path: str) -> str:
     return path.strip(".")
 
 
-def decoder_layers_prefix(model) -> str | None:
-    """Qualified name of the ModuleList holding the decoder layers (``model.layers``, ``transformer.h``)."""
+def decoder_layers_prefix(model, layers: int | None = None) -> str | None:
+    """Qualified name of the ModuleList holding the decoder layers (``model.layers``, ``transformer.h``):
+    the shallowest one as long as the layer count asked for (``layers``) or, failing that, as
+    ``config.num_hidden_layers`` (which some configs derive: LongCat counts two per layer). None
+    where there is none, or two at the same depth (HRM's H and L stacks): the path names the layer."""
     import torch
 
-    n = getattr(model.config, "num_hidden_layers", None)
-    best = None
-    for name, mod in model.named_modules():
-        if not name or not isinstance(mod, torch.nn.ModuleList):
+    lists = [(name, len(mod)) for name, mod in model.named_modules() if name and isinstance(mod, torch.nn.ModuleList)]
+    for n in dict.fromkeys((layers, getattr(model.config, "num_hidden_layers", None))):
+        names = [name for name, size in lists if n is None or size == n]
+        if not names:
             continue
-        if n is not None and len(mod) != n:
-            continue
-        if best is None or name.count(".") < best.count("."):
-            best = name
-    return best
+        depth = min(name.count(".") for name in names)
+        best = [name for name in names if name.count(".") == depth]
+        return best[0] if len(best) == 1 else None
+    return None
 
 
 def layer_of_path(path: str, prefix: str | None = None) -> int | None:
@@ -597,7 +845,7 @@ def export(
     outdir = output_dir(outdir)
     t0 = time.perf_counter()
     model, gm = export_graph_module(arch, layers, experts=experts, dtype=dtype)
-    prefix = decoder_layers_prefix(model)
+    prefix = decoder_layers_prefix(model, layers)
     seconds = time.perf_counter() - t0
 
     dump_path = outdir / DUMP_FILENAME
@@ -671,8 +919,22 @@ def node_modules(gm) -> dict[str, str]:
     return out
 
 
+def _model_type(value: str) -> str:
+    """``--arch``: a causal-LM model type of the installed transformers (checked where it imports)."""
+    if value in ARCH_CONFIGS or value in NOT_EXPORTED:
+        return value
+    try:
+        known = model_types()
+    except ImportError:  # run() says what is missing
+        return value
+    if value not in known:
+        raise argparse.ArgumentTypeError(f"not a causal-LM model type of transformers: {value!r}")
+    return value
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", required=True, choices=ARCHES, help="model architecture (config model_type)")
+    p.add_argument("--arch", required=True, type=_model_type, metavar="MODEL_TYPE",
+                   help=f"model architecture: any causal-LM model_type of transformers; tested: {', '.join(ARCHES)}")
     p.add_argument("--layers", type=int, default=2, metavar="N", help="number of decoder layers (default 2)")
     p.add_argument(
         "--experts",
