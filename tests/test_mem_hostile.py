@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
-import resource
-import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import zlib
 from pathlib import Path
@@ -42,8 +38,8 @@ from layerc.passes.base import Context
 from layerc.passes.mem_liveness import MemLiveness
 
 from layerc_cli import run_layerc
+from tests import capped
 
-LAYERC = Path(sys.executable).with_name("layerc")
 MEMORY = 2 << 30  #: address space of a child layerc
 TIMEOUT = 60  #: seconds a child may run (a clean run takes about one)
 DUMPS = ("smem_liveness_0.dot", "combined_graph_1.dot", "tmem_liveness_2.dot")
@@ -165,24 +161,13 @@ def snapshot(path: Path) -> dict[str, bytes]:
 # -- running layerc on it --------------------------------------------------------------------------
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-
 def _start(argv: list[str]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "LAYERC_TRACEBACK"}
-    return subprocess.Popen([str(LAYERC), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=_capped, start_new_session=True)
+    return capped.start(argv, memory=MEMORY)
 
 
 def _finish(proc: subprocess.Popen, argv: list[str]) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"layerc {' '.join(argv)[:200]} ran past {TIMEOUT} s")
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    done = capped.finish(proc, argv, TIMEOUT)
+    return done.returncode, done.stdout, done.stderr
 
 
 def check_answer(rc: int, out: str, err: str, input_path: Path, outdir: Path, argv: list[str]) -> None:

@@ -13,11 +13,8 @@ from __future__ import annotations
 import ast
 import os
 import re
-import resource
 import shutil
-import signal
 import struct
-import subprocess
 import sys
 import textwrap
 import zipfile
@@ -42,24 +39,12 @@ ENTRY_MODULE = "models/tiny.py"
 
 # -- running the command on an input ------------------------------------------------------------
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-
 def optrace_run(source: Path, *extra: str, entry: str = ENTRY) -> tuple[int, str]:
     """``layerc optrace SOURCE --entry ENTRY``: (exit status, stderr), the report written beside
-    the source, in a child that a hang or a bomb cannot outlive."""
-    out = source.parent / "report.md"
-    argv = [sys.executable, "-m", "layerc.tools.driver", "optrace", str(source), "--entry", entry, "-o", str(out), *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_limits,
-                            start_new_session=True, cwd=source.parent)
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"layerc optrace {source} did not finish in {TIMEOUT} s")
-    return proc.returncode, err.decode("utf-8", errors="replace")
+    the source, in a capped child (tests/capped.py) that a hang or a bomb cannot outlive."""
+    argv = ["optrace", source, "--entry", entry, "-o", source.parent / "report.md", *extra]
+    done = capped.run(argv, memory=MEMORY, timeout=TIMEOUT, cwd=source.parent)
+    return done.returncode, done.stderr
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
@@ -664,8 +649,7 @@ def test_string_annotations_and_text_scans_stay_bounded(tmp_path):
         assert kernel_calls().classify("mooncake." + "ep" * 100_000) is None
         print(time.perf_counter() - t)
         """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT,
-                          preexec_fn=_limits)
+    proc = capped.run([], memory=MEMORY, timeout=TIMEOUT, program=(sys.executable, "-c", code))
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout) < 10
 
