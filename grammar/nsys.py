@@ -170,6 +170,12 @@ class _Reader:
                 raise
             raise error from None
 
+    def require(self, table: str, ok: bool) -> None:
+        """Where rows read as Python values were checked (``ok``): the first value of another
+        storage class, as an error."""
+        if not ok:
+            raise self.bad_value(table) or ParseError(f"{table}: values of another type than its schema's", self.source)
+
     def bad_value(self, table: str, rows: np.ndarray | None = None) -> ParseError | None:
         """The first value of ``table`` (among ``rows``, rowids, when given) whose storage class
         SCHEMA does not allow, as an error; None when every value is what it should be."""
@@ -398,8 +404,7 @@ class _Reader:
         if text not in have:
             return {}
         rows = self.db.execute(f'SELECT id, "{text}" FROM {table} WHERE "{text}" IS NOT NULL').fetchall()
-        if any(type(i) is not int or type(v) is not str for i, v in rows):
-            raise self.bad_value(table) or ParseError(f"{table}: ids and names of another type", self.source)
+        self.require(table, all(type(i) is int and type(v) is str for i, v in rows))
         return dict(rows)
 
     # -- facts about the capture -------------------------------------------------------------------
@@ -417,8 +422,7 @@ class _Reader:
     def _names(self, table: str) -> list[tuple[str, object]]:
         """A metadata table's (name, value) rows; a name that is not text is an error."""
         rows = self.db.execute(f"SELECT name, value FROM {table}").fetchall()
-        if any(type(n) is not str for n, _ in rows):
-            raise self.bad_value(table) or ParseError(f"{table}: names of another type", self.source)
+        self.require(table, all(type(n) is str for n, _ in rows))
         return rows
 
     def _devices(self) -> dict[int, str]:
@@ -426,8 +430,7 @@ class _Reader:
         if table not in self.tables or not {"id", "name"} <= {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
             return {}
         rows = self.db.execute(f"SELECT id, name FROM {table}").fetchall()
-        if any(type(i) is not int or (n is not None and type(n) is not str) for i, n in rows):
-            raise self.bad_value(table) or ParseError(f"{table}: ids and names of another type", self.source)
+        self.require(table, all(type(i) is int and (n is None or type(n) is str) for i, n in rows))
         return {i: n or "" for i, n in rows}
 
     def _graph_mode(self, trace: Trace) -> str | None:
