@@ -919,7 +919,7 @@ def node_modules(gm) -> dict[str, str]:
     return out
 
 
-def _model_type(value: str) -> str:
+def model_type(value: str) -> str:
     """``--arch``: a causal-LM model type of the installed transformers (checked where it imports)."""
     if value in ARCH_CONFIGS or value in NOT_EXPORTED:
         return value
@@ -933,7 +933,7 @@ def _model_type(value: str) -> str:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", required=True, type=_model_type, metavar="MODEL_TYPE",
+    p.add_argument("--arch", required=True, type=model_type, metavar="MODEL_TYPE",
                    help=f"model architecture: any causal-LM model_type of transformers; tested: {', '.join(ARCHES)}")
     p.add_argument("--layers", type=int, default=2, metavar="N", help="number of decoder layers (default 2)")
     p.add_argument(
