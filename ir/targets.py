@@ -75,3 +75,11 @@ def op_namespace(target: str) -> str | None:
     if target.startswith("torch.ops."):
         target = target[len("torch.ops.") :]
     return target.split(".", 1)[0]
+
+
+#: Casts: the input's value in another dtype. A norm casts its input first, so a cast on the
+#: way into a layer is the layer's first op.
+CASTS = frozenset({"to", "_to_copy", "type_as"})
+#: Aliases: the same value under a new name, where export hands a value from one module to
+#: another (into the layer stack, out of it).
+ALIASES = frozenset({"alias", "detach", "detach_"})

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
-from layerc.ir.targets import op_name
+from layerc.ir.targets import ALIASES, CASTS, op_name
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.tag_weights import TagWeights
 
@@ -56,7 +56,8 @@ def _is_model_level(node: Node) -> bool:
 
 
 def slice_graph(graph: Graph) -> None:
-    """Assign ``meta['layer']``/``meta['layer_role']`` to every node of ``graph`` (see module doc)."""
+    """Assign ``meta['layer']``/``meta['layer_role']``/``meta['region']`` to every node of
+    ``graph`` (see module doc)."""
     nodes = graph.nodes
     index = {n: i for i, n in enumerate(nodes)}
     fixed: dict[Node, int] = {n: s for n in nodes if n.kind == OP and (s := _seed_layer(n)) is not None}
@@ -84,20 +85,140 @@ def slice_graph(graph: Graph) -> None:
         if n in fixed:
             layer[n], role[n] = fixed[n], "seed"
         elif n not in A or A[n] == PRE and n in D and D[n] >= 0:
-            continue  # fed only by placeholders or model inputs: decided below
+            continue  # fed by no layer, read by one: decided below
         elif n not in D or A[n] >= D[n]:
             layer[n], role[n] = A[n], "core"
         else:
             regions.setdefault((A[n], D[n]), []).append(n)
-    for (a, d), members in regions.items():
-        if a == PRE:
-            continue  # between the model's inputs and a layer: decided like placeholder-fed ops
-        after = _after_cut(members, a, d, layer, index)
-        for n in members:
-            layer[n], role[n] = (d if n in after else a), "boundary"
+    _assign_boundaries(nodes, regions, layer, role, index)
+    _assign_prologues(nodes, A, layer, role, index)
+    _assign_unanchored(nodes, layer, role, index)
+    for n in nodes:  # a getitem goes with the tuple it reads
+        if n in layer and role.get(n) == "core" and op_name(n.target) == "getitem":
+            src = n.args[0] if n.args else None
+            if isinstance(src, Node) and src.kind == OP and src not in layer:
+                del layer[n]
+    _label(graph, layer, role, index)
 
-    # Ops fed only by placeholders or model-level inputs (RoPE tables, the embedding): the
-    # single layer that reads them (the seed's backward follow), else shared.
+
+def _assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict, index: dict) -> None:
+    """Split each region between layers ``a`` and ``d`` at its cut. An op between two layers that
+    are not adjacent (a residual cast of layer ``a+1`` that only its closing add reads, which
+    itself sits between ``a+1`` and ``a+2``) is placed again once its neighbours are: its
+    forward and backward follows, now through placed ops, usually meet in one layer."""
+    for _ in range(3):
+        for (a, d), members in regions.items():
+            after = _after_cut(members, a, d, layer, index)
+            for n in members:
+                layer[n], role[n] = (d if n in after else a), "boundary"
+        skipping = [n for (a, d), members in regions.items() if 0 <= a and d != POST and d - a >= 2 for n in members]
+        if not skipping:
+            return
+        for n in skipping:
+            del layer[n]
+        A, D = _forward(nodes, layer), _backward(nodes, layer)
+        regions = {}
+        for n in skipping:
+            if n not in D or A[n] >= D[n]:
+                layer[n], role[n] = A[n], "core"
+            else:
+                regions.setdefault((A[n], D[n]), []).append(n)
+        if all(d - a >= 2 for a, d in regions):  # nothing moved closer: keep the first answer
+            for (a, d), members in regions.items():
+                after = _after_cut(members, a, d, layer, index)
+                for n in members:
+                    layer[n], role[n] = (d if n in after else a), "boundary"
+            return
+
+
+def _assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index: dict) -> None:
+    """The ops between the model's inputs and a layer ``d`` that are ``d``'s own: those on the way
+    into the layer's first ops (the ones no other op of ``d`` feeds: its input norm) after the last
+    op that every path from the model's anchors into ``d`` crosses (the embedding, its scaling or
+    its dropout), the same backward rule as between two layers. Masks and rotary tables enter
+    ``d`` further in (at the attention scores), so they stay outside."""
+    prologue: dict[int, list[Node]] = {}
+    D = _backward(nodes, layer)  # through the ops placed so far (a residual cast read by a closing add)
+    for n in nodes:
+        if n.kind == OP and n not in layer and A.get(n) == PRE and D.get(n, -1) >= 0:
+            prologue.setdefault(D[n], []).append(n)
+    if not prologue:
+        return
+    # Activations: values computed from the model's inputs (not from weights and constants alone,
+    # as the norm's ``1 + weight`` is). The layer's entry: its first op (in program order) that
+    # the region feeds and no activation of its own does: the input norm, not a mask's consumer.
+    activation: set[Node] = set()
+    for n in nodes:
+        if n.kind == PLACEHOLDER or n.kind == OP and any(v in activation for v in n.inputs):
+            activation.add(n)
+    for d, members in prologue.items():
+        region = set(members)
+        entry = next((x for x in nodes if layer.get(x) == d and x.kind == OP and any(v in region for v in x.inputs)
+                      and not any(layer.get(v) == d and v in activation for v in x.inputs)), None)
+        if entry is None:
+            continue
+        feeding: set[Node] = set()
+        stack = [v for v in entry.inputs if v in region]
+        while stack:
+            v = stack.pop()
+            if v not in feeding:
+                feeding.add(v)
+                stack.extend(u for u in v.inputs if u in region)
+        for n in _after_entry(feeding, region, d, layer, index):
+            layer[n], role[n] = d, "boundary"
+
+
+def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, index: dict) -> set[Node]:
+    """Of the ops on the way into layer ``d``'s entries (``feeding``) and the ops of ``region``
+    they feed that feed only ``d`` (a scaled residual), those after the last op every path from the model's anchors
+    into ``d`` crosses; a cast right after that op is the layer's own first op."""
+    stream = set(feeding)
+    stream |= {n for n in region if n.users and all(layer.get(u) == d for u in n.users)
+               and any(v in feeding for v in n.inputs)}
+    if not stream:
+        return set()
+    sources = {v for n in stream for v in n.inputs if layer.get(v) == PRE}
+    src, sink = object(), object()
+    preds: dict[object, list[object]] = {s: [src] for s in sources}
+    order: dict[object, int] = {src: -1, sink: 1 << 40}
+    targets: list[Node] = []
+    for n in sorted(stream | sources, key=index.__getitem__):
+        if n in stream:
+            preds[n] = [v for v in n.inputs if v in stream or v in sources] or [src]
+        order[n] = index[n]
+        targets += [u for u in n.users if layer.get(u) == d and u not in preds]
+    for t in dict.fromkeys(targets):
+        preds[t] = [v for v in t.inputs if v in stream or v in sources]
+        order[t] = index[t]
+    preds[sink] = list(dict.fromkeys(targets))
+    if not targets:
+        return set()
+    idom = _dominators(preds, order, src)
+    c = idom.get(sink)
+    while c in preds[sink]:  # one target: the last op before it
+        c = idom.get(c)
+    while c in stream and op_name(c.target) in CASTS:
+        c = idom.get(c)
+    if c is src:
+        return stream
+    after: set[Node] = set()
+    for n in sorted(stream, key=index.__getitem__):
+        if n is not c and any(v is c or v in after for v in n.inputs):
+            after.add(n)
+    return after
+
+
+def _assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
+    """Ops fed by no layer (computed from placeholders, constants or model-level ops: masks,
+    positions, rotary tables) that one layer alone reads join it when they are its own: computed
+    from inputs only it reads (its KV cache), or computed inside it, after its first op (a
+    per-layer reshape of a shared table). The rest is model-level: read by several layers, by
+    none, or computed before the layer began (a mask that only one layer of a short stack uses
+    is still the model's)."""
+    first: dict[int, int] = {}
+    for n in nodes:
+        if n in layer and layer[n] not in (PRE, POST):
+            first.setdefault(layer[n], index[n])
     # A placeholder read by several layers (positions, masks' inputs) makes what is computed from
     # it shared; one read by a single layer (its KV cache) does not.
     readers: dict[Node, set[int]] = {}
@@ -127,29 +248,44 @@ def slice_graph(graph: Graph) -> None:
         found = readers[n]
         if _is_batch_level(n) or len(found) != 1 or next(iter(found)) in (PRE, POST):
             continue
-        if all(readers[p] == found for p in srcs):
-            layer[n], role[n] = next(iter(found)), "core"
-    for n in nodes:  # a getitem goes with the tuple it reads
-        if n in layer and role.get(n) == "core" and op_name(n.target) == "getitem":
-            src = n.args[0] if n.args else None
-            if isinstance(src, Node) and src.kind == OP and src not in layer:
-                del layer[n]
+        d = next(iter(found))
+        own_inputs = bool(srcs) and all(readers[p] == found for p in srcs)
+        if own_inputs or index[n] > first.get(d, len(nodes)):
+            layer[n], role[n] = d, "core"
+
+
+def _label(graph: Graph, layer: dict, role: dict, index: dict) -> None:
+    """Write the results to ``meta``; name each op's region: ``prologue`` (the model's ops before
+    the layers and the ones they share), ``layer N``, ``epilogue`` (after the last layer)."""
+    nodes = graph.nodes
+    last_layer_op = max((index[n] for n in nodes if layer.get(n, PRE) not in (PRE, POST)), default=-1)
     for n in nodes:
-        if n.kind == OP and n not in layer:
-            n.meta["layer"], n.meta["layer_role"] = None, "shared"
-        elif n.kind == OP:
-            value = layer[n]
-            outside = value in (PRE, POST)
-            n.meta["layer"] = None if outside else value
-            n.meta["layer_role"] = "outside" if outside else role[n]
-        else:
+        if n.kind != OP:
             n.meta["layer"], n.meta["layer_role"] = None, "input" if n.kind == PLACEHOLDER else "output"
+            continue
+        value = layer.get(n)
+        if value is None:
+            n.meta["layer"], n.meta["layer_role"] = None, "shared"
+        elif value in (PRE, POST):
+            n.meta["layer"], n.meta["layer_role"] = None, "outside"
+        else:
+            n.meta["layer"], n.meta["layer_role"] = value, role[n]
+        if value is not None and value not in (PRE, POST):
+            n.meta["region"] = f"layer {value}"
+        elif value == POST or value is None and index[n] > last_layer_op and not _feeds_layer(n, layer):
+            n.meta["region"] = "epilogue"
+        else:
+            n.meta["region"] = "prologue"
     for w in graph.weights.values():  # fused weights: the layer of the ops that read them
         if w.meta.get("layer_source") != "name":
             seen = {u.meta.get("layer") for u in w.users}
             w.meta["layer"] = seen.pop() if len(seen) == 1 else None
             w.meta["layer_source"] = "dataflow" if w.meta["layer"] is not None else None
     graph.meta["layers"] = sorted({n.meta["layer"] for n in nodes if n.meta.get("layer") is not None})
+
+
+def _feeds_layer(node: Node, layer: dict) -> bool:
+    return any(layer.get(u, PRE) not in (PRE, POST) for u in node.users)
 
 
 def _is_batch_level(node: Node) -> bool:
@@ -224,8 +360,14 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     c = idom.get(sink)
     while c is not None and c is not src and not ((c in region or layer.get(c) == a) and _is_add(c)):
         c = idom.get(c)
-    if c is None or c is src:
-        return set()
+    if c is None or c is src:  # no residual add (a post-norm stack): an alias hands over to d
+        c = idom.get(sink)
+        while c in targets:
+            c = idom.get(c)
+        if c not in region or op_name(c.target) not in ALIASES:
+            return set()
+        while c in region and op_name(c.target) in ALIASES:
+            c = idom.get(c)
     after: set[Node] = set()
     for n in sorted(members, key=index.__getitem__):
         if n is not c and any(v is c or v in after for v in n.inputs):

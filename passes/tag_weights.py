@@ -1,10 +1,12 @@
 """``tag-weights``: the decoder layer of every weight whose name says it.
 
 Weight names are sanitized module paths (``model.layers.5.mlp.gate.weight`` →
-``model_layers_5_mlp_gate_weight``), so ``layers_N_``, ``h_N_`` (GPT-2, Falcon) and
-``blocks_N_`` name the layer, also in dotted ``get_attr`` targets. Fused weights
-(``fused_moe_w3_w1_stacked_2``, ``fused_weight_7``) carry a global counter, not a layer:
-they match nothing here and get their layer from dataflow (``slice-layers``).
+``model_layers_5_mlp_gate_weight``). By default the decoder layers are the numbered module list
+that repeats a block of weights (:mod:`layerc.passes.layer_list`), however the model spells it;
+in a graph with no such list (one layer), ``layers_N_``, ``h_N_`` or ``blocks_N_`` names the
+layer, also in dotted ``get_attr`` targets. Fused weights (``fused_moe_w3_w1_stacked_2``,
+``fused_weight_7``) carry a global counter, not a layer: they get their layer from dataflow
+(``slice-layers``). ``graph.meta['layer_list']`` says which list was taken.
 
 The ``pattern`` option is user input like any other: it is compiled when the pass is made, so a
 pattern that does not compile (a regex error, groups nested too deep for the compiler, a
@@ -25,8 +27,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.graph import Module, Weight
+from layerc.ir.graph import Graph, Module, Weight
 from layerc.passes.base import Context, ModulePass
+from layerc.passes.layer_list import find_layer_list, numbered_parts
 from layerc.passes.user_regex import compile_user_regex
 
 DEFAULT_PATTERN = r"(?:^|_)(?:layers|h|blocks)_(\d+)(?:_|$)"
@@ -72,6 +75,31 @@ def _clip(name: str, limit: int = 80) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
+def _structural_name(weight: Weight) -> str:
+    """The name whose numbered parts are the module path: the weight's own, else its target's."""
+    if weight.target and not any(True for _ in numbered_parts(weight.name)):
+        return weight.target
+    return weight.name
+
+
+def _tag_by_structure(graph: Graph, ctx: Context) -> bool:
+    """Tag ``graph``'s weights by the repeated module list; False where it has none."""
+    names = {w: _structural_name(w) for w in graph.weights.values()}
+    found = find_layer_list(names.values())
+    if found is None:
+        return False
+    for w, name in names.items():
+        layer = found.layer_of.get(name)
+        w.meta["layer"] = layer
+        w.meta["layer_source"] = "name" if layer is not None else None
+    graph.meta["layer_list"] = found.path
+    if found.others:
+        ctx.warn(f"tag-weights: graph '{graph.name}': decoder layers taken from '{found.path}' "
+                 f"({len(set(found.layer_of.values()))} entries); other repeated module lists are model-level: "
+                 + ", ".join(f"'{p}'" for p in found.others[:4]) + (" ..." if len(found.others) > 4 else ""))
+    return True
+
+
 class _Overtime(Exception):
     """The searches' time is up (raised by the timer's signal handler, inside ``re``)."""
 
@@ -103,7 +131,7 @@ class TagWeights(ModulePass):
     """Tag each weight with the decoder layer its name gives (meta 'layer'; None when none)."""
 
     name: ClassVar[str] = "tag-weights"
-    #: A regex whose first group is the layer number (default: layers_N_, h_N_, blocks_N_).
+    #: A regex whose first group is the layer number (default: the repeated module list).
     pattern: str = ""
 
     def __post_init__(self):
@@ -118,6 +146,8 @@ class TagWeights(ModulePass):
         try:
             with _deadline(MATCH_SECONDS):
                 for graph in module.graphs:
+                    if not self.pattern and _tag_by_structure(graph, ctx):
+                        continue
                     for weight in graph.weights.values():
                         layer = weight_layer(weight, pattern, dotted)
                         weight.meta["layer"] = layer

@@ -25,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from layerc.backends.outputs import write_atomic
 from layerc.ir.diagnostics import LayercError
@@ -69,8 +71,11 @@ def decoder_architectures() -> tuple[list[str], dict[str, str]]:
     return keep, left_out
 
 
-def measure(arch: str, layers: int = LAYERS) -> dict:
+def measure(arch: str, layers: int = LAYERS, keep: str | None = None) -> dict:
     """Export ``arch`` and measure it (in this process: :func:`run_child` isolates it).
+
+    With ``keep``, the export goes to ``keep/arch-layers`` and one already there is reused, so
+    a change to the readers or the slicer is measured again in seconds, not in a full export.
 
     Each syntax is read on its own: one that does not parse is recorded (``parse_error`` for the
     dump, ``fx_parse_error`` for the FX print) and its round trip counts as failed; the slicer
@@ -84,14 +89,16 @@ def measure(arch: str, layers: int = LAYERS) -> dict:
     from layerc.tools import export_hf
 
     record: dict = {"arch": arch, "layers": layers}
-    with tempfile.TemporaryDirectory(prefix="layerc-fidelity-") as tmp:
-        t0 = time.perf_counter()
-        try:
-            export_hf.export(arch, layers, tmp)
-        except Exception as e:  # noqa: BLE001 - why an architecture does not export is the figure
-            record["export_error"] = _first_line(e)
-            return record
-        record["export_seconds"] = round(time.perf_counter() - t0, 1)
+    with _export_dir(keep, arch, layers) as tmp:
+        files = [Path(tmp) / name for name in (export_hf.DUMP_FILENAME, export_hf.FX_FILENAME, export_hf.LAYERS_FILENAME)]
+        if not all(f.is_file() for f in files):
+            t0 = time.perf_counter()
+            try:
+                export_hf.export(arch, layers, tmp)
+            except Exception as e:  # noqa: BLE001 - why an architecture does not export is the figure
+                record["export_error"] = _first_line(e)
+                return record
+            record["export_seconds"] = round(time.perf_counter() - t0, 1)
         dump_text = (Path(tmp) / export_hf.DUMP_FILENAME).read_text()
         fx_text = (Path(tmp) / export_hf.FX_FILENAME).read_text()
         truth = json.loads((Path(tmp) / export_hf.LAYERS_FILENAME).read_text())["nodes"]
@@ -124,6 +131,17 @@ def measure(arch: str, layers: int = LAYERS) -> dict:
     return record
 
 
+@contextmanager
+def _export_dir(keep: str | None, arch: str, layers: int) -> Iterator[str]:
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="layerc-fidelity-") as tmp:
+            yield tmp
+    else:
+        path = Path(keep) / f"{arch}-{layers}"
+        path.mkdir(parents=True, exist_ok=True)
+        yield str(path)
+
+
 def _diagnostic(e: Exception, tmp: str) -> str:
     """The first line of a diagnostic (of any other exception: ``internal error:`` and its type),
     its file named without the temporary directory."""
@@ -146,12 +164,14 @@ def agreement(rows: list[tuple[str, int | None, int | None]], prefix: str) -> di
     }
 
 
-def run_child(arch: str, layers: int) -> dict:
+def run_child(arch: str, layers: int, keep: str | None = None) -> dict:
     """:func:`measure` in a capped child: a crash, a hang or a memory blow-up is a record too."""
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
 
     argv = [sys.executable, "-m", "layerc.tools.fidelity", "--child", arch, "--layers", str(layers)]
+    if keep is not None:
+        argv += ["--keep", keep]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=cap, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=CHILD_SECONDS)
@@ -246,12 +266,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=output_path, help="write every record as JSON")
     p.add_argument("--table", type=output_path, help="write the Markdown table")
     p.add_argument("--readme", type=output_path, help="put the table in this Markdown file, between its fidelity markers")
+    p.add_argument("--keep", metavar="DIR", help="keep each export in DIR/ARCH-LAYERS and reuse one already there")
     p.add_argument("--child", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.child:
-        print(json.dumps(measure(args.child, args.layers)), flush=True)
+        print(json.dumps(measure(args.child, args.layers, args.keep)), flush=True)
         return 0
     if args.readme:  # before the long run, not after it: a README without the markers stops here
         spliced(_read_readme(args.readme), "")
@@ -260,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         archs, left_out = [a for a in archs if a in args.arch], {a: w for a, w in left_out.items() if a in args.arch}
     records = []
     for i, arch in enumerate(archs, 1):
-        r = run_child(arch, args.layers)
+        r = run_child(arch, args.layers, args.keep)
         records.append(r)
         state = r.get("export_error") or r.get("parse_error") or r.get("slice_error") or \
             f"recall {r.get('all_recall')} precision {r.get('all_precision')}"

@@ -1,0 +1,66 @@
+"""Which numbered module list holds the decoder layers, found from the weight names' structure.
+
+A weight name is a module path (``model.layers.5.mlp.gate.weight``, sanitized to
+``model_layers_5_mlp_gate_weight``): a numbered component is an entry of a module list, and the
+path before it names the list. The decoder layers are the list that repeats a block of weights:
+at least two entries, a typical entry holding several weights (a fused weight's counter,
+``fused_weight_7``, or a list of single projections has one each), and of all such lists the
+one that holds the most weights (ties: the most per entry, then the outer list). That covers
+every spelling (``layers``, ``h``, ``blocks``, ``encoder.layer``, ``transformer.layer``) and
+picks the main stack where a model has several: BLT's global transformer over its one-layer
+local encoder and decoder, the layers over the experts nested in them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from statistics import median_low
+from typing import Iterable
+
+_PARTS = re.compile(r"[._]")
+#: An entry of the decoder list holds a block: at least this many weights in the typical one.
+MIN_WEIGHTS_PER_ENTRY = 2
+#: List entries a name may hold (a path with more numbered parts than this is not a module path).
+MAX_NUMBERED_PARTS = 8
+
+
+@dataclass(frozen=True)
+class LayerList:
+    """The list found: its path (as spelled in the names, ``model_layers``), and per weight name
+    its entry number."""
+
+    path: str
+    layer_of: dict[str, int]
+    others: tuple[str, ...] = ()  # other repeated lists, smaller
+
+
+def numbered_parts(name: str) -> Iterable[tuple[str, int]]:
+    """(list path, entry) for each numbered component of ``name``, outermost first."""
+    parts = _PARTS.split(name)
+    seen = 0
+    for i, part in enumerate(parts):
+        if part.isascii() and part.isdigit() and 0 < i and len(part) <= 6:
+            yield "_".join(parts[:i]), int(part)
+            seen += 1
+            if seen == MAX_NUMBERED_PARTS:
+                return
+
+
+def find_layer_list(names: Iterable[str]) -> LayerList | None:
+    """The decoder-layer list among ``names`` (see the module doc), or None when no list repeats."""
+    entries: dict[str, Counter] = defaultdict(Counter)
+    members: dict[str, dict[str, int]] = defaultdict(dict)
+    for name in names:
+        for path, entry in numbered_parts(name):
+            entries[path][entry] += 1
+            members[path][name] = entry
+    repeated = [p for p, c in entries.items()
+                if len(c) >= 2 and median_low(c.values()) >= MIN_WEIGHTS_PER_ENTRY]
+    if not repeated:
+        return None
+    ranked = sorted(repeated, key=lambda p: (-sum(entries[p].values()), -median_low(entries[p].values()), len(p), p))
+    best = ranked[0]
+    nested = [p for p in ranked[1:] if not p.startswith(best + "_")]
+    return LayerList(best, members[best], tuple(nested))
