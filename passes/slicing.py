@@ -144,14 +144,16 @@ def _assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index
             prologue.setdefault(D[n], []).append(n)
     if not prologue:
         return
-    # Activations: values computed from the model's inputs (not from weights and constants alone,
-    # as the norm's ``1 + weight`` is). The layer's entry: its first op (in program order) that
-    # the region feeds and no activation of its own does: the input norm, not a mask's consumer.
-    activation: set[Node] = set()
-    for n in nodes:
-        if n.kind == PLACEHOLDER or n.kind == OP and any(v in activation for v in n.inputs):
-            activation.add(n)
+    # The layer's entry: its first op (in program order) that the region feeds and no activation
+    # of its own does: the input norm, not a mask's consumer.
+    activation = _activations(nodes)
+    # A layer that reads an earlier layer has its stream from it: what the model's anchors feed
+    # it (Zamba's copy of the embeddings, concatenated in each hybrid layer) is the model's.
+    chained = {layer[n] for n in nodes if layer.get(n, PRE) not in (PRE, POST)
+               and any(0 <= layer.get(v, PRE) < layer[n] for v in n.inputs)}
     for d, members in prologue.items():
+        if d in chained:
+            continue
         region = set(members)
         entry = next((x for x in nodes if layer.get(x) == d and x.kind == OP and any(v in region for v in x.inputs)
                       and not any(layer.get(v) == d and v in activation for v in x.inputs)), None)
@@ -194,11 +196,8 @@ def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, ind
     if not targets:
         return set()
     idom = _dominators(preds, order, src)
-    c = idom.get(sink)
-    while c in preds[sink]:  # one target: the last op before it
-        c = idom.get(c)
-    while c in stream and op_name(c.target) in CASTS:
-        c = idom.get(c)
+    c, top = _cut(idom, sink, set(preds[sink]), stream)
+    c = top if c is None else c
     if c is src:
         return stream
     after: set[Node] = set()
@@ -208,6 +207,16 @@ def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, ind
     return after
 
 
+def _activations(nodes: list[Node]) -> set[Node]:
+    """Values computed from the model's inputs, not from weights and constants alone (as a norm's
+    ``1 + weight`` or a shared block's weight transpose is, wherever the program puts it)."""
+    activation: set[Node] = set()
+    for n in nodes:
+        if n.kind == PLACEHOLDER or n.kind == OP and any(v in activation for v in n.inputs):
+            activation.add(n)
+    return activation
+
+
 def _assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
     """Ops fed by no layer (computed from placeholders, constants or model-level ops: masks,
     positions, rotary tables) that one layer alone reads join it when they are its own: computed
@@ -215,9 +224,10 @@ def _assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) 
     per-layer reshape of a shared table). The rest is model-level: read by several layers, by
     none, or computed before the layer began (a mask that only one layer of a short stack uses
     is still the model's)."""
-    first: dict[int, int] = {}
+    first: dict[int, int] = {}  # where each layer begins: its first activation
+    activation = _activations(nodes)
     for n in nodes:
-        if n in layer and layer[n] not in (PRE, POST):
+        if n in layer and layer[n] not in (PRE, POST) and n in activation:
             first.setdefault(layer[n], index[n])
     # A placeholder read by several layers (positions, masks' inputs) makes what is computed from
     # it shared; one read by a single layer (its KV cache) does not.
@@ -355,24 +365,55 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     preds[sink] = targets
     order[sink] = 1 << 40
     idom = _dominators(preds, order, src)
-    # Among the nodes every path crosses, the cut is the last add: the residual add that ends
-    # layer a (after it come the next norm, or the final norm). Without one, all stays in a.
-    c = idom.get(sink)
-    while c is not None and c is not src and not ((c in region or layer.get(c) == a) and _is_add(c)):
-        c = idom.get(c)
-    if c is None or c is src:  # no residual add (a post-norm stack): an alias hands over to d
-        c = idom.get(sink)
-        while c in targets:
-            c = idom.get(c)
-        if c not in region or op_name(c.target) not in ALIASES:
-            return set()
-        while c in region and op_name(c.target) in ALIASES:
-            c = idom.get(c)
+    c, top = _cut(idom, sink, set(targets), region)
+    # No cut (the residual bypasses the region: AD fuses the add into the next norm; or a
+    # weight-less tail runs into the final norm): the whole region stays in a, router arithmetic
+    # and the MoE tail with it, unless a's own residual add is where the paths meet.
+    if c is None and isinstance(top, Node) and _is_add(top):
+        c = top
+    if c is None or c is src:
+        return set()
     after: set[Node] = set()
     for n in sorted(members, key=index.__getitem__):
         if n is not c and any(v is c or v in after for v in n.inputs):
             after.add(n)
     return after
+
+
+def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, object]:
+    """Where a region between two stretches of the program (two layers, or the model's anchors and
+    a layer) is cut, and the op above the chain of the region's ops that every path into the
+    later stretch crosses. The ops after the cut belong to the later stretch.
+
+    The cut is the chain's topmost fork, the value that both the next block and the residual read
+    (the residual add that ends a layer, the embedding's dropout); where a cast makes the fork,
+    the op before the cast (a norm casts its input first). A chain without a fork is cut at its
+    last add (the residual add before a final norm without weights), else before the aliases
+    that end it (export hands a value out of the layer stack through one); else there is no cut
+    (None) and the caller decides: a weight-less tail stays with its layer, a post-norm layer
+    that keeps its normed input as the residual starts after the op above the chain."""
+    c = idom.get(sink)
+    while c in targets:
+        c = idom.get(c)
+    chain = []
+    while c in region:
+        chain.append(c)
+        c = idom.get(c)
+    forks = [x for x in chain if len(set(x.users)) >= 2]
+    if forks:
+        cut = forks[-1]
+        while cut in region and op_name(cut.target) in CASTS:
+            cut = idom.get(cut)
+        return cut, c
+    adds = [x for x in chain if _is_add(x)]
+    if adds:
+        return adds[0], c
+    handed = 0
+    while handed < len(chain) and op_name(chain[handed].target) in ALIASES:
+        handed += 1
+    if handed:
+        return (chain[handed] if handed < len(chain) else c), c
+    return None, c
 
 
 def _dominators(preds: dict, order: dict, src) -> dict:
