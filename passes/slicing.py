@@ -93,11 +93,14 @@ def slice_graph(graph: Graph) -> None:
     _assign_boundaries(nodes, regions, layer, role, index)
     _assign_prologues(nodes, A, layer, role, index)
     _assign_unanchored(nodes, layer, role, index)
-    for n in nodes:  # a getitem goes with the tuple it reads
-        if n in layer and role.get(n) == "core" and op_name(n.target) == "getitem":
+    for n in nodes:  # a getitem goes with the tuple it reads (one output of a piece, of a topk)
+        if n.kind == OP and op_name(n.target) == "getitem":
             src = n.args[0] if n.args else None
-            if isinstance(src, Node) and src.kind == OP and src not in layer:
-                del layer[n]
+            if isinstance(src, Node) and src.kind == OP:
+                if src in layer:
+                    layer[n], role[n] = layer[src], role[src] if role[src] != "seed" else "core"
+                else:
+                    layer.pop(n, None)
     _label(graph, layer, role, index)
 
 
@@ -365,17 +368,32 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     preds[sink] = targets
     order[sink] = 1 << 40
     idom = _dominators(preds, order, src)
-    c, top = _cut(idom, sink, set(targets), region)
-    # No cut (the residual bypasses the region: AD fuses the add into the next norm; or a
-    # weight-less tail runs into the final norm): the whole region stays in a, router arithmetic
-    # and the MoE tail with it, unless a's own residual add is where the paths meet.
-    if c is None and isinstance(top, Node) and _is_add(top):
-        c = top
-    if c is None or c is src:
-        return set()
+    cuts = _region_cuts(idom, sink, targets, region, src)
+    return _downstream(members, cuts, index)
+
+
+def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
+    """The cuts of a region between two layers: one, or where no op carries every path (a layer
+    that hands the next one a side state beside its residual stream), one per path's target.
+
+    With no cut (the residual bypasses the region: AD fuses the add into the next norm; or a
+    weight-less tail runs into the final norm) the whole region stays in a, router arithmetic
+    and the MoE tail with it."""
+    def one(end, others) -> Node | None:
+        c, _ = _cut(idom, end, others, region)
+        return None if c is None or c is src else c
+
+    found = one(sink, set(targets))
+    if found is not None or idom.get(sink) is not src or len(targets) < 2:
+        return [found] if found is not None else []
+    return [c for t in targets if (c := one(t, set())) is not None]
+
+
+def _downstream(members: list[Node], cuts: list[Node], index: dict) -> set[Node]:
+    """Of ``members``, those fed (transitively, among them) by a cut, the cuts themselves aside."""
     after: set[Node] = set()
     for n in sorted(members, key=index.__getitem__):
-        if n is not c and any(v is c or v in after for v in n.inputs):
+        if n not in cuts and any(v in cuts or v in after for v in n.inputs):
             after.add(n)
     return after
 
@@ -391,7 +409,9 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
     last add (the residual add before a final norm without weights), else before the aliases
     that end it (export hands a value out of the layer stack through one); else there is no cut
     (None) and the caller decides: a weight-less tail stays with its layer, a post-norm layer
-    that keeps its normed input as the residual starts after the op above the chain."""
+    that keeps its normed input as the residual starts after the op above the chain. With no
+    chain at all, the paths meet at the op above the region (the earlier layer's last op): the
+    cut is that op, or the virtual source where they never meet."""
     c = idom.get(sink)
     while c in targets:
         c = idom.get(c)
@@ -405,6 +425,8 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
         while cut in region and op_name(cut.target) in CASTS:
             cut = idom.get(cut)
         return cut, c
+    if not chain:  # the paths meet above the region, at one op: everything after it is later
+        return c, c
     adds = [x for x in chain if _is_add(x)]
     if adds:
         return adds[0], c
