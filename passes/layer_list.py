@@ -56,11 +56,12 @@ def find_layer_list(names: Iterable[str]) -> LayerList | None:
         for path, entry in numbered_parts(name):
             entries[path][entry] += 1
             members[path][name] = entry
-    repeated = [p for p, c in entries.items()
-                if len(c) >= 2 and median_low(c.values()) >= MIN_WEIGHTS_PER_ENTRY]
+    # A list inside an entry of another (a layer's experts) is never the stack, even where the
+    # outer list has one entry (a one-layer model: then no list repeats and the caller decides).
+    outer = {p for p in entries if not any(part.isdigit() for part in p.split("_"))}
+    repeated = [p for p in outer if len(entries[p]) >= 2 and median_low(entries[p].values()) >= MIN_WEIGHTS_PER_ENTRY]
     if not repeated:
         return None
     ranked = sorted(repeated, key=lambda p: (-sum(entries[p].values()), -median_low(entries[p].values()), len(p), p))
     best = ranked[0]
-    nested = [p for p in ranked[1:] if not p.startswith(best + "_")]
-    return LayerList(best, members[best], tuple(nested))
+    return LayerList(best, members[best], tuple(ranked[1:]))

@@ -109,9 +109,13 @@ def _assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict
     are not adjacent (a residual cast of layer ``a+1`` that only its closing add reads, which
     itself sits between ``a+1`` and ``a+2``) is placed again once its neighbours are: its
     forward and backward follows, now through placed ops, usually meet in one layer."""
+    last: dict[int, int] = {}
+    for n in nodes:
+        if n in layer:
+            last[layer[n]] = index[n]
     for _ in range(3):
         for (a, d), members in regions.items():
-            after = _after_cut(members, a, d, layer, index)
+            after = _after_cut(members, a, d, layer, index, last.get(a, -1))
             for n in members:
                 layer[n], role[n] = (d if n in after else a), "boundary"
         skipping = [n for (a, d), members in regions.items() if 0 <= a and d != POST and d - a >= 2 for n in members]
@@ -128,7 +132,7 @@ def _assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict
                 regions.setdefault((A[n], D[n]), []).append(n)
         if all(d - a >= 2 for a, d in regions):  # nothing moved closer: keep the first answer
             for (a, d), members in regions.items():
-                after = _after_cut(members, a, d, layer, index)
+                after = _after_cut(members, a, d, layer, index, last.get(a, -1))
                 for n in members:
                     layer[n], role[n] = (d if n in after else a), "boundary"
             return
@@ -158,28 +162,32 @@ def _assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index
         if d in chained:
             continue
         region = set(members)
-        entry = next((x for x in nodes if layer.get(x) == d and x.kind == OP and any(v in region for v in x.inputs)
+        entry = next((x for x in nodes if layer.get(x) == d and x.kind == OP
+                      and any(v in region or layer.get(v) == PRE for v in x.inputs)
                       and not any(layer.get(v) == d and v in activation for v in x.inputs)), None)
         if entry is None:
             continue
+        entry_inputs = {v for v in entry.inputs if v in region or layer.get(v) == PRE}
         feeding: set[Node] = set()
-        stack = [v for v in entry.inputs if v in region]
+        stack = [v for v in entry_inputs if v in region]
         while stack:
             v = stack.pop()
             if v not in feeding:
                 feeding.add(v)
                 stack.extend(u for u in v.inputs if u in region)
-        for n in _after_entry(feeding, region, d, layer, index):
+        for n in _after_entry(feeding, region, d, layer, index, entry_inputs):
             layer[n], role[n] = d, "boundary"
 
 
-def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, index: dict) -> set[Node]:
+def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, index: dict,
+                 entry_inputs: set = frozenset()) -> set[Node]:
     """Of the ops on the way into layer ``d``'s entries (``feeding``) and the ops of ``region``
     they feed that feed only ``d`` (a scaled residual), those after the last op every path from the model's anchors
     into ``d`` crosses; a cast right after that op is the layer's own first op."""
+    anchors = {v for n in feeding for v in n.inputs if layer.get(v) == PRE} | {v for v in entry_inputs if layer.get(v) == PRE}
     stream = set(feeding)
     stream |= {n for n in region if n.users and all(layer.get(u) == d for u in n.users)
-               and any(v in feeding for v in n.inputs)}
+               and any(v in feeding or v in anchors for v in n.inputs)}
     if not stream:
         return set()
     sources = {v for n in stream for v in n.inputs if layer.get(v) == PRE}
@@ -332,8 +340,10 @@ def _propagate(order, fixed: dict[Node, int], neighbours, pick) -> dict[Node, in
     return out
 
 
-def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int]) -> set[Node]:
-    """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses."""
+def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int],
+               last_of_a: int = -1) -> set[Node]:
+    """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses
+    (and layer ``a``'s last op, at ``last_of_a`` in program order)."""
     region = set(members)
     # The flow graph: a virtual source feeding layer-a nodes, a virtual sink fed by layer-d nodes.
     src, sink = object(), object()
@@ -348,8 +358,8 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
                 preds.setdefault(v, [src])
                 ps.append(v)
         preds[n] = ps or [src]
-    for n in members:
-        for u in n.users:
+    for v in [*members, *(v for v in preds if v not in region)]:  # what enters d from the region or beside it
+        for u in v.users:
             if u not in region and layer.get(u) == d:
                 targets.append(u)
     targets = list(dict.fromkeys(targets))
@@ -369,7 +379,9 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     order[sink] = 1 << 40
     idom = _dominators(preds, order, src)
     cuts = _region_cuts(idom, sink, targets, region, src)
-    return _downstream(members, cuts, index)
+    # In program order a layer runs whole: what runs before layer a's last op is a's (a state
+    # it hands the next layer from its middle, as ZAYA's router does).
+    return {n for n in _downstream(members, cuts, index) if index[n] > last_of_a}
 
 
 def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
@@ -420,6 +432,8 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
         chain.append(c)
         c = idom.get(c)
     forks = [x for x in chain if len(set(x.users)) >= 2]
+    if chain and isinstance(c, Node) and len({u for u in c.users if u in region or u in targets}) >= 2:
+        return c, c  # the earlier stretch's last op is the fork (a final norm without a cast)
     if forks:
         cut = forks[-1]
         while cut in region and op_name(cut.target) in CASTS:

@@ -24,7 +24,7 @@ from layerc.tools import gen_dump
 from layerc.tools.gen_dump import ARCHES, generate, truth
 
 #: Small layer counts that still cover every layer kind of each architecture.
-SMALL = {"deepseek_v3": 6, "deepseek_v3_prefusion": 5, "llama": 3, "qwen3_moe": 3, "nemotron_h": 7, "qwen3_next": 8}
+SMALL = {"deepseek_v3": 6, "deepseek_v3_prefusion": 5, "llama": 3, "qwen3_moe": 3, "nemotron_h": 7, "qwen3_next": 8, "eager": 3}
 LAYER_WEIGHT = re.compile(r"^(?:model|backbone)_layers_(\d+)_")
 
 

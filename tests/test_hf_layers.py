@@ -16,25 +16,39 @@ from layerc.ir.graph import OP  # noqa: E402
 from layerc.passes.base import Context  # noqa: E402
 from layerc.passes.slicing import SliceLayers  # noqa: E402
 from layerc.tools import export_hf  # noqa: E402
+from layerc.tools.fidelity import agreement  # noqa: E402
 
 # The four the issue names, and more shapes of decoder layer: fused QKV (phi3), parallel
 # attention and MLP (falcon), sandwich norms (gemma2), MLA + MoE (deepseek_v3), GPT-NeoX, Mamba-2
 # and Mamba-2/attention hybrids (one with a shared attention block, zamba2).
 ARCHES = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "qwen2", "phi3", "falcon", "gemma2", "gpt_neox", "olmoe",
           "mamba2", "nemotron_h", "zamba2"]  # Mamba-2 (einsum in every layer), its hybrids
+# One guard per slicing rule (the fidelity table has every architecture):
+RULES = {
+    "gpt2": "what follows the embedding (a position embedding, a dropout) is the model's",
+    "gemma": "a scaled embedding is the model's; the cast that opens layer 0's norm is the layer's",
+    "minimax": "a post-norm residual: layer 0 starts right after the embedding",
+    "cpmant": "an alias between the embedding sum and the stack is the model's",
+    "bamba": "a mask or rotary table that only one layer of a hybrid reads is still the model's",
+    "afmoe": "a sliding-window mask that one layer reads is the model's",
+    "bert-generation": "layers numbered by structure (encoder.layer.N); an alias out of a post-norm stack",
+    "falcon_mamba": "a residual cast that only its layer's closing add reads (a region skipping a layer)",
+    "gemma4_text": "a layer-closing scale: the next norm starts after it",
+    "gemma3n_text": "AltUp's stacked streams: the paths into a layer meet at the last op of the one before",
+    "zaya": "a state one layer hands the next from its middle stays with the layer that made it",
+}
 
 
-@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("arch", ARCHES + list(RULES))
 def test_slices_agree_with_nn_module_stack(arch, tmp_path, record_property):
     export_hf.export(arch, 3, tmp_path)
     truth = json.loads((tmp_path / "layers.json").read_text())["nodes"]
     module = load(tmp_path)
     SliceLayers().apply(Context(), module)
     ops = [n for n in module.main_graph().nodes if n.kind == OP]
-    inside = [n for n in ops if truth[n.name] is not None]
-    agree = sum(n.meta["layer"] == truth[n.name] for n in inside) / len(inside)
-    readers = [n for n in inside if n.weights]
-    agree_w = sum(n.meta["layer"] == truth[n.name] for n in readers) / len(readers)
-    record_property("layer_agreement", f"{arch}: {agree:.2%} of {len(inside)} nodes inside decoder layers, {agree_w:.2%} of {len(readers)} weight-reading nodes")
-    assert agree >= 0.99, [(n.name, truth[n.name], n.meta["layer"]) for n in inside if n.meta["layer"] != truth[n.name]][:10]
-    assert agree_w == 1.0
+    every = agreement([(n.name, n.meta["layer"], truth[n.name]) for n in ops], "all")
+    weights = agreement([(n.name, n.meta["layer"], truth[n.name]) for n in ops if n.weights], "w")
+    record_property("layer_agreement", f"{arch}: recall {every['all_recall']:.4f}, precision {every['all_precision']:.4f} "
+                    f"of {len(ops)} ops; weight-reading ops {weights['w_recall']:.4f} / {weights['w_precision']:.4f}")
+    assert every["all_recall"] >= 0.995 and every["all_precision"] >= 0.995, (RULES.get(arch), every["all_examples"])
+    assert weights["w_recall"] == weights["w_precision"] == 1.0, weights["w_examples"]

@@ -34,6 +34,7 @@ from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize
 from layerc.ir.constants import Device, DType, TorchAttr
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight, map_values
 from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
+from layerc.tools import gen_eager
 from layerc.tools.args import output_directory
 
 BF16, F32, I32, I64, BOOL = "torch.bfloat16", "torch.float32", "torch.int32", "torch.int64", "torch.bool"
@@ -57,9 +58,10 @@ BEGIN_AUX = "<function begin_aux_stream_passthrough at 0x7f2a1c0b3d90>"
 END_AUX = "<function end_aux_stream_passthrough at 0x7f2a1c0b3e20>"
 WAIT_AUX = "<function wait_aux_stream_passthrough at 0x7f2a1c0b3eb0>"
 
-ARCHES = ("deepseek_v3", "deepseek_v3_prefusion", "llama", "qwen3_moe", "nemotron_h", "qwen3_next")
+ARCHES = ("deepseek_v3", "deepseek_v3_prefusion", "llama", "qwen3_moe", "nemotron_h", "qwen3_next", "eager")
 DEFAULT_LAYERS = {
     "deepseek_v3": 61, "deepseek_v3_prefusion": 61, "llama": 32, "qwen3_moe": 48, "nemotron_h": 52, "qwen3_next": 48,
+    "eager": 4,
 }
 #: Nemotron-3-Nano's hybrid_override_pattern: M = Mamba2, E = MoE, * = attention.
 NEMOTRON_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
@@ -80,6 +82,7 @@ class _Gen:
 
     def __init__(self, graph_name: str | None, tokens: int, symbolic: bool, constants: bool = False):
         self.pattern: str | None = None  # Nemotron-H block pattern
+        self.variant = 0  # the eager graph's structures
         self.constants = constants
         self.b = GraphBuilder(graph_name)
         self.symbolic = symbolic
@@ -822,12 +825,13 @@ _ARCH = {
     "qwen3_moe": (_qwen3_moe, "compile_model", "compile", 83, "monolithic.model"),
     "nemotron_h": (_nemotron_h, "compile_model", "compile", 84, "monolithic.model"),
     "qwen3_next": (_qwen3_next, "compile_model", "compile", 84, "monolithic.model"),
+    "eager": (lambda g, n: gen_eager.build(g, n, g.variant), "export_to_gm", "export", 1, "(root)"),
 }
 
 
 def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bool = False, seed: int | None = None,
              shuffle: bool = False, piecewise: bool = False, pattern: str | None = None,
-             constants: bool = False) -> Module:
+             constants: bool = False, variant: int = 0) -> Module:
     """Build the dump of ``arch`` as a Module; nodes carry ``meta["true_layer"]``.
 
     ``seed`` permutes the name suffixes of generic ops (``view_3`` ↔ ``view_17``) so that no
@@ -836,7 +840,8 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
     piecewise CUDA graphs: ``piecewise.split_gm`` and its ``submod_N`` pieces, split from
     ``monolithic.model`` at the dynamic ops (``split_sections``). ``pattern`` sets the block of
     each Nemotron-H layer (M Mamba2, E MoE, * attention), repeated to ``layers``. ``constants``
-    adds every layer's constant ops (``_constant_ops``).
+    adds every layer's constant ops (``_constant_ops``). ``variant`` picks the structures of an
+    ``eager`` graph (:mod:`layerc.tools.gen_eager`).
     """
     if arch not in _ARCH:
         raise ValueError(f"unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
@@ -849,7 +854,7 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
     if pattern is not None and (arch != "nemotron_h" or not pattern or set(pattern) - set("ME*")):
         raise ValueError("pattern applies to nemotron_h: a string of M (Mamba2), E (MoE) and * (attention)")
     g = _Gen(section, tokens, symbolic, constants)
-    g.pattern = pattern
+    g.pattern, g.variant = pattern, variant
     build(g, layers)
     graph = g.b.graph
     if seed is not None or shuffle:
@@ -917,10 +922,10 @@ def dump_name(mod: Module) -> str:
 
 def write(arch: str, outdir: str | Path, layers: int | None = None, tokens: int = 8, symbolic: bool = False,
           seed: int | None = None, shuffle: bool = False, with_truth: bool = True, piecewise: bool = False,
-          constants: bool = False) -> Path:
+          constants: bool = False, variant: int = 0) -> Path:
     """Write ``NNN_<stage>_<transform>.txt`` (and ``..._truth.json``, for ``monolithic.model``) into
     ``outdir``; returns the dump path."""
-    mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise, constants=constants)
+    mod = generate(arch, layers, tokens, symbolic, seed, shuffle, piecewise, constants=constants, variant=variant)
     path = output_dir(outdir) / dump_name(mod)
     write_atomic(path, print_module(mod))
     if with_truth:
@@ -940,12 +945,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constants", action="store_true",
                    help="add ops that print every constant class (einsum equations, assertion messages, "
                         "inf/nan, complex, Ellipsis, slices, devices, layouts, symbolic sizes)")
+    p.add_argument("--variant", type=int, default=0, metavar="V",
+                   help="eager: which structures the graph has (norms, masks, hybrids, MoE tails, side "
+                        "states...; 0 is the plainest)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         print(write(args.arch, args.outdir, args.layers, args.tokens, args.symbolic, args.seed, args.shuffle,
-                    piecewise=args.piecewise, constants=args.constants))
+                    piecewise=args.piecewise, constants=args.constants, variant=args.variant))
     except ValueError as e:
         raise LayercError(str(e)) from None
     return 0
