@@ -103,9 +103,17 @@ class _Builder(ConstantCallbacks):
         args = []
         if close > lp + 1:
             col = tok.column + lp + 1
-            for piece in text[lp + 1 : close].split(", "):
+            pieces = iter(text[lp + 1 : close].split(", "))
+            for piece in pieces:
                 if piece[0] == "%":
                     args.append(self._use(piece, tok.line, col))
+                elif piece[0] == "[":  # a flat list of ints: its elements are the next pieces
+                    ints = [piece[1:]]
+                    while ints[-1][-1] != "]":
+                        ints.append(next(pieces))
+                    ints[-1] = ints[-1][:-1]
+                    args.append([read_int(w, Location(tok.line, col)) for w in ints])
+                    piece = ", ".join(ints) + "[]"  # its width
                 else:
                     value = read_atom(piece, Location(tok.line, col))
                     if type(value) is str and piece[-1] == " ":
