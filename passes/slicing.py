@@ -236,10 +236,12 @@ def _assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) 
     none, or computed before the layer began (a mask that only one layer of a short stack uses
     is still the model's)."""
     first: dict[int, int] = {}  # where each layer begins: its first activation
+    last: dict[int, int] = {}
     activation = _activations(nodes)
     for n in nodes:
         if n in layer and layer[n] not in (PRE, POST) and n in activation:
             first.setdefault(layer[n], index[n])
+            last[layer[n]] = index[n]
     # A placeholder read by several layers (positions, masks' inputs) makes what is computed from
     # it shared; one read by a single layer (its KV cache) does not.
     readers: dict[Node, set[int]] = {}
@@ -267,12 +269,32 @@ def _assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) 
                 srcs |= sources[v]
         sources[n] = srcs
         found = readers[n]
-        if _is_batch_level(n) or len(found) != 1 or next(iter(found)) in (PRE, POST):
+        if _is_batch_level(n):
+            continue
+        if len(found) != 1 or next(iter(found)) in (PRE, POST):
             continue
         d = next(iter(found))
         own_inputs = bool(srcs) and all(readers[p] == found for p in srcs)
         if own_inputs or index[n] > first.get(d, len(nodes)):
             layer[n], role[n] = d, "core"
+    for n in nodes:
+        if n.kind == OP and n not in layer and not _is_batch_level(n):
+            d = _chain_link(n, layer, first, last, index)
+            if d is not None:
+                layer[n], role[n] = d, "core"
+
+
+def _chain_link(n: Node, layer: dict, first: dict, last: dict, index: dict) -> int | None:
+    """The layer of an op that one layer reads and the next copies on (each layer casts the
+    rotary table it was handed, and hands on its cast): computed inside that layer and read
+    there, its other readers the same op on it, after the layer ends."""
+    inside = {layer[u] for u in n.users if u in layer and first.get(layer[u], 1 << 62) < index[n] < last.get(layer[u], -1)}
+    if len(inside) != 1:
+        return None
+    d = inside.pop()
+    rest = [u for u in n.users if layer.get(u) != d]
+    return d if rest and all(u.kind == OP and u.target == n.target and u.args[:1] == (n,) and index[u] > last[d]
+                             for u in rest) else None
 
 
 def _label(graph: Graph, layer: dict, role: dict, index: dict) -> None:

@@ -10,7 +10,8 @@ variant here draws one of each from a seeded generator (``features``):
 - what follows the embedding: nothing, a scale, a dropout, a position embedding and a dropout;
 - layer kinds: attention with a full or a sliding-window mask, or a state-space mixer that reads
   neither (a hybrid); a mask one layer alone reads is still the model's;
-- rotary tables computed once, reshaped inside each attention layer;
+- rotary tables computed once, reshaped inside each attention layer, or cast by each layer from
+  the cast the layer before it made (``chained``, as DeepSeek-V2 and Llama-4 hand them on);
 - a dense MLP or a routed MoE whose weight-less tail (routing weights times expert outputs, the
   sum) closes the layer;
 - nodes without users (``_assert_tensor_metadata``) in the model and in every layer;
@@ -40,7 +41,7 @@ CHOICES: dict[str, tuple] = {
     "post_norm": (False, True),
     "embed_tail": ("none", "scale", "dropout", "positions"),
     "mixers": ("attention", "hybrid", "sliding"),
-    "rope": (False, True),
+    "rope": (False, True, "chained"),
     "mlp": ("dense", "moe"),
     "side_effects": (False, True),
     "closing_scale": ("none", "weight", "constant"),
@@ -87,7 +88,7 @@ def build(g, layers: int, variant: int = 0) -> None:
         wpe = g.op("aten.embedding.default", (g.w("model.embed_positions.weight", BF16, 64, HIDDEN), positions), act)
         h = g.op("aten.dropout.default", (g.op("aten.add.Tensor", (h, wpe), act), 0.0, False), act)
     masks = {kind: _mask(g, kind, S) for kind in ("full", "sliding") if kind in kinds}
-    rope = _rotary(g, S) if f["rope"] and any(k != "ssm" for k in kinds) else None
+    rope = list(_rotary(g, S)) if f["rope"] and any(k != "ssm" for k in kinds) else None
     side = None
     for i, kind in enumerate(kinds):
         g.at(i)
@@ -150,7 +151,7 @@ def _layer(g, f: dict, i: int, kind: str, h: Node, mask: Node | None, rope, side
     p = f"model.layers.{i}"
     residual = g.op("aten.to.dtype", (h, DType("float32")), TensorType(act.shape, F32)) if f["residual_cast"] else h
     x = h if f["post_norm"] else _norm(g, f["norm"], h, f"{p}.input_layernorm", act)
-    mixed = _ssm(g, x, p) if kind == "ssm" else _attention(g, x, p, mask, rope)
+    mixed = _ssm(g, x, p) if kind == "ssm" else _attention(g, x, p, mask, rope, f["rope"] == "chained")
     if f["side_effects"]:  # a check on a value the layer made: no users, the layer's own
         g.op("aten._assert_tensor_metadata.default", (mixed, None, None, DType("bfloat16")), NONE)
     g.enter_layer(mixed)  # with constants: ops that print every constant class, on a value of the layer's
@@ -175,7 +176,7 @@ def _layer(g, f: dict, i: int, kind: str, h: Node, mask: Node | None, rope, side
     return h, side
 
 
-def _attention(g, x: Node, p: str, mask: Node | None, rope) -> Node:
+def _attention(g, x: Node, p: str, mask: Node | None, rope: list | None, chained: bool = False) -> Node:
     B, S = x.type.shape[:2]
     heads = TensorType((B, HEADS, S, HEAD_DIM), BF16)
 
@@ -186,6 +187,8 @@ def _attention(g, x: Node, p: str, mask: Node | None, rope) -> Node:
 
     q, k, v = project("q"), project("k"), project("v")
     if rope is not None:  # the layer's own view of the model's tables
+        if chained:  # cast again from the cast the last attention layer made, and handed on
+            rope[:] = [g.op("aten.to.dtype", (t, DType("bfloat16")), t.type) for t in rope]
         cos = g.op("aten.unsqueeze.default", (rope[0], 0), TensorType((1,) + rope[0].type.shape, BF16))
         sin = g.op("aten.unsqueeze.default", (rope[1], 0), TensorType((1,) + rope[1].type.shape, BF16))
         q = g.op("aten.add.Tensor", (g.op("aten.mul.Tensor", (q, cos), heads), g.op("aten.mul.Tensor", (q, sin), heads)), heads)
