@@ -24,6 +24,7 @@ Results go to ``meta``: ``layer`` (int, or None outside every layer) and ``layer
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
@@ -86,7 +87,7 @@ def slice_graph(graph: Graph) -> None:
             layer[n], role[n] = fixed[n], "seed"
         elif n not in A or A[n] == PRE and n in D and D[n] >= 0:
             continue  # fed by no layer, read by one: decided below
-        elif n not in D or A[n] >= D[n]:
+        elif n not in D or A[n] == D[n] or A[n] > D[n] and (A[n] == POST or D[n] == PRE):
             layer[n], role[n] = A[n], "core"
         else:
             regions.setdefault((A[n], D[n]), []).append(n)
@@ -109,13 +110,12 @@ def _assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict
     are not adjacent (a residual cast of layer ``a+1`` that only its closing add reads, which
     itself sits between ``a+1`` and ``a+2``) is placed again once its neighbours are: its
     forward and backward follows, now through placed ops, usually meet in one layer."""
-    last: dict[int, int] = {}
-    for n in nodes:
-        if n in layer:
-            last[layer[n]] = index[n]
+    # Where each layer runs: the assigned ops in program order, for "which layer runs next".
+    placed = [index[n] for n in nodes if n in layer]
+    runs = _Runs(placed, [layer[nodes[i]] for i in placed])
     for _ in range(3):
         for (a, d), members in regions.items():
-            after = _after_cut(members, a, d, layer, index, last.get(a, -1))
+            after = _after_cut(members, a, d, layer, index, runs)
             for n in members:
                 layer[n], role[n] = (d if n in after else a), "boundary"
         skipping = [n for (a, d), members in regions.items() if 0 <= a and d != POST and d - a >= 2 for n in members]
@@ -132,7 +132,7 @@ def _assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict
                 regions.setdefault((A[n], D[n]), []).append(n)
         if all(d - a >= 2 for a, d in regions):  # nothing moved closer: keep the first answer
             for (a, d), members in regions.items():
-                after = _after_cut(members, a, d, layer, index, last.get(a, -1))
+                after = _after_cut(members, a, d, layer, index, runs)
                 for n in members:
                     layer[n], role[n] = (d if n in after else a), "boundary"
             return
@@ -277,24 +277,25 @@ def _assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) 
         own_inputs = bool(srcs) and all(readers[p] == found for p in srcs)
         if own_inputs or index[n] > first.get(d, len(nodes)):
             layer[n], role[n] = d, "core"
+    placed = [index[n] for n in nodes if n in layer and layer[n] not in (PRE, POST)]
+    runs = _Runs(placed, [layer[nodes[i]] for i in placed])
     for n in nodes:
         if n.kind == OP and n not in layer and not _is_batch_level(n):
-            d = _chain_link(n, layer, first, last, index)
+            d = _chain_link(n, layer, runs, index)
             if d is not None:
                 layer[n], role[n] = d, "core"
 
 
-def _chain_link(n: Node, layer: dict, first: dict, last: dict, index: dict) -> int | None:
+def _chain_link(n: Node, layer: dict, runs: "_Runs", index: dict) -> int | None:
     """The layer of an op that one layer reads and the next copies on (each layer casts the
-    rotary table it was handed, and hands on its cast): computed inside that layer and read
-    there, its other readers the same op on it, after the layer ends."""
-    inside = {layer[u] for u in n.users if u in layer and first.get(layer[u], 1 << 62) < index[n] < last.get(layer[u], -1)}
-    if len(inside) != 1:
+    rotary table it was handed, and hands on its cast): computed while that layer runs and read
+    there, its other readers the same op on it, in another layer's run."""
+    d = runs.next_layer(index[n])
+    if d is None or not any(layer.get(u) == d for u in n.users):
         return None
-    d = inside.pop()
     rest = [u for u in n.users if layer.get(u) != d]
-    return d if rest and all(u.kind == OP and u.target == n.target and u.args[:1] == (n,) and index[u] > last[d]
-                             for u in rest) else None
+    return d if rest and all(u.kind == OP and u.target == n.target and u.args[:1] == (n,)
+                             and runs.next_layer(index[u]) not in (d, None) for u in rest) else None
 
 
 def _label(graph: Graph, layer: dict, role: dict, index: dict) -> None:
@@ -340,32 +341,50 @@ def _is_add(node: Node) -> bool:
     return op_name(node.target) in ("add", "add_", "iadd") if node.kind == OP else False
 
 
+class _Runs:
+    """Which layer the next placed op after a program position belongs to."""
+
+    def __init__(self, positions: list[int], layers: list[int]):
+        self.positions, self.layers = positions, layers
+
+    def next_layer(self, position: int) -> int | None:
+        i = bisect_right(self.positions, position)
+        return self.layers[i] if i < len(self.layers) else None
+
+
 def _forward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
-    """A(n): the latest layer reaching n (fixed nodes keep their own)."""
-    return _propagate(nodes, fixed, lambda n: n.inputs, max)
+    """A(n): the layer that last ran among those reaching n (fixed nodes keep their own)."""
+    return _propagate(nodes, nodes, fixed, lambda n: n.inputs, max)
 
 
 def _backward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
-    """D(n): the earliest layer n reaches (fixed nodes keep their own)."""
-    return _propagate(reversed(nodes), fixed, lambda n: n.users, min)
+    """D(n): the layer that runs first among those n reaches (fixed nodes keep their own)."""
+    return _propagate(nodes, reversed(nodes), fixed, lambda n: n.users, min)
 
 
-def _propagate(order, fixed: dict[Node, int], neighbours, pick) -> dict[Node, int]:
-    out: dict[Node, int] = {}
+def _propagate(nodes: list[Node], order, fixed: dict[Node, int], neighbours, pick) -> dict[Node, int]:
+    """Latest and earliest by when a fixed op runs, not by its layer's number: in a stack the two
+    agree, and in a looped model (the same layers run again, weights shared) the layer before
+    a loop's first is its last, not a lower number. The model's anchors before the stack come
+    before every layer, those after it after every layer."""
+    end = len(nodes)
+    position = {n: i for i, n in enumerate(nodes)}
+    keys: dict[Node, tuple[int, int]] = {}
     for n in order:
         if n in fixed:
-            out[n] = fixed[n]
+            value = fixed[n]
+            keys[n] = (-1, value) if value == PRE else (end, value) if value == POST else (position[n], value)
         elif n.kind == OP:
-            seen = [out[v] for v in neighbours(n) if v in out]
+            seen = [keys[v] for v in neighbours(n) if v in keys]
             if seen:
-                out[n] = pick(seen)
-    return out
+                keys[n] = pick(seen)
+    return {n: k[1] for n, k in keys.items()}
 
 
 def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int],
-               last_of_a: int = -1) -> set[Node]:
+               runs: "_Runs | None" = None) -> set[Node]:
     """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses
-    (and layer ``a``'s last op, at ``last_of_a`` in program order)."""
+    (and that run when layer ``a`` is done: ``runs``)."""
     region = set(members)
     # The flow graph: a virtual source feeding layer-a nodes, a virtual sink fed by layer-d nodes.
     src, sink = object(), object()
@@ -401,9 +420,10 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     order[sink] = 1 << 40
     idom = _dominators(preds, order, src)
     cuts = _region_cuts(idom, sink, targets, region, src)
-    # In program order a layer runs whole: what runs before layer a's last op is a's (a state
-    # it hands the next layer from its middle, as ZAYA's router does).
-    return {n for n in _downstream(members, cuts, index) if index[n] > last_of_a}
+    # In program order a layer runs whole: what runs while layer a still runs is a's (a state it
+    # hands the next layer from its middle, as ZAYA's router does).
+    after = _downstream(members, cuts, index)
+    return after if runs is None else {n for n in after if runs.next_layer(index[n]) != a}
 
 
 def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:

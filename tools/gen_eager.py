@@ -18,7 +18,8 @@ variant here draws one of each from a seeded generator (``features``):
 - a layer-closing scale: a per-layer scalar weight after the residual add, or a constant
   multiplier on the sublayer's output before it;
 - the residual cast a layer makes of its input before its norm;
-- a side state a layer hands the next one beside the residual stream.
+- a side state a layer hands the next one beside the residual stream;
+- a looped stack: the same layers (the same weights) run again on their own output.
 
 Every op carries ``meta['true_layer']``: None outside the layers, as ``nn_module_stack`` says.
 """
@@ -47,6 +48,7 @@ CHOICES: dict[str, tuple] = {
     "closing_scale": ("none", "weight", "constant"),
     "residual_cast": (False, True),
     "side_state": (False, True),
+    "loops": (1, 1, 2),
 }
 
 
@@ -90,9 +92,10 @@ def build(g, layers: int, variant: int = 0) -> None:
     masks = {kind: _mask(g, kind, S) for kind in ("full", "sliding") if kind in kinds}
     rope = list(_rotary(g, S)) if f["rope"] and any(k != "ssm" for k in kinds) else None
     side = None
-    for i, kind in enumerate(kinds):
-        g.at(i)
-        h, side = _layer(g, f, i, kind, h, masks.get(kind), rope, side, act)
+    for _ in range(f["loops"]):
+        for i, kind in enumerate(kinds):
+            g.at(i)
+            h, side = _layer(g, f, i, kind, h, masks.get(kind), rope, side, act)
     g.at(None)
     if f["post_norm"]:
         h = g.op("aten.alias.default", (h,), act)
