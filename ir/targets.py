@@ -78,8 +78,9 @@ def op_namespace(target: str) -> str | None:
 
 
 #: Casts: the input's value in another dtype. A norm casts its input first, so a cast on the
-#: way into a layer is the layer's first op.
-CASTS = frozenset({"to", "_to_copy", "type_as"})
+#: way into a layer is the layer's first op (``type_as``, the cast back to another value's dtype,
+#: ends a norm instead).
+CASTS = frozenset({"to", "_to_copy"})
 #: Aliases: the same value under a new name, where export hands a value from one module to
 #: another (into the layer stack, out of it).
 ALIASES = frozenset({"alias", "detach", "detach_"})
