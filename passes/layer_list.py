@@ -8,7 +8,8 @@ at least two entries, a typical entry holding several weights (a fused weight's 
 one that holds the most weights (ties: the most per entry, then the outer list). That covers
 every spelling (``layers``, ``h``, ``blocks``, ``encoder.layer``, ``transformer.layer``) and
 picks the main stack where a model has several: BLT's global transformer over its one-layer
-local encoder and decoder, the layers over the experts nested in them.
+local encoder and decoder, the layers over the experts nested in them. Twin stacks, the same
+entries of the same blocks (HRM's H and L modules), are numbered together.
 """
 
 from __future__ import annotations
@@ -64,4 +65,15 @@ def find_layer_list(names: Iterable[str]) -> LayerList | None:
         return None
     ranked = sorted(repeated, key=lambda p: (-sum(entries[p].values()), -median_low(entries[p].values()), len(p), p))
     best = ranked[0]
-    return LayerList(best, members[best], tuple(ranked[1:]))
+    # Twin stacks (HRM's H and L modules): the same entries holding the same weights. Their
+    # layers are numbered together, as each stack numbers its own.
+    twins = [p for p in ranked[1:] if set(entries[p]) == set(entries[best]) and _blocks(members[p], p) == _blocks(members[best], best)]
+    layer_of = dict(members[best])
+    for p in twins:
+        layer_of.update(members[p])
+    return LayerList("+".join([best, *twins]), layer_of, tuple(p for p in ranked[1:] if p not in twins))
+
+
+def _blocks(members: dict[str, int], path: str) -> frozenset[str]:
+    """What one entry of a list holds: the weight names after ``path_N_``, all entries together."""
+    return frozenset(name[len(path) + 2 + len(str(n)):] for name, n in members.items())
