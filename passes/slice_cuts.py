@@ -1,0 +1,261 @@
+"""Where a layer begins and ends: the regions between two layers (or between the model's anchors
+and a layer) cut on the chain of ops every path into the later one crosses."""
+
+from __future__ import annotations
+
+from layerc.ir.graph import OP, Node
+from layerc.ir.targets import ALIASES, CASTS, op_name
+from layerc.passes.slice_flow import POST, PRE, Runs, activations, backward, forward, is_add
+
+
+def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict, index: dict) -> None:
+    """Split each region between layers ``a`` and ``d`` at its cut. An op between two layers that
+    are not adjacent (a residual cast of layer ``a+1`` that only its closing add reads, which
+    itself sits between ``a+1`` and ``a+2``) is placed again once its neighbours are: its
+    forward and backward follows, now through placed ops, usually meet in one layer."""
+    # Where each layer runs: the assigned ops in program order, for "which layer runs next".
+    placed = [index[n] for n in nodes if n in layer]
+    runs = Runs(placed, [layer[nodes[i]] for i in placed])
+    for _ in range(3):
+        for (a, d), members in regions.items():
+            after = _after_cut(members, a, d, layer, index, runs)
+            for n in members:
+                layer[n], role[n] = (d if n in after else a), "boundary"
+        skipping = [n for (a, d), members in regions.items() if 0 <= a and d != POST and d - a >= 2 for n in members]
+        if not skipping:
+            return
+        for n in skipping:
+            del layer[n]
+        A, D = forward(nodes, layer), backward(nodes, layer)
+        regions = {}
+        for n in skipping:
+            if n not in D or A[n] >= D[n]:
+                layer[n], role[n] = A[n], "core"
+            else:
+                regions.setdefault((A[n], D[n]), []).append(n)
+        if all(d - a >= 2 for a, d in regions):  # nothing moved closer: keep the first answer
+            for (a, d), members in regions.items():
+                after = _after_cut(members, a, d, layer, index, runs)
+                for n in members:
+                    layer[n], role[n] = (d if n in after else a), "boundary"
+            return
+
+
+def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index: dict) -> None:
+    """The ops between the model's inputs and a layer ``d`` that are ``d``'s own: those on the way
+    into the layer's first ops (the ones no other op of ``d`` feeds: its input norm) after the last
+    op that every path from the model's anchors into ``d`` crosses (the embedding, its scaling or
+    its dropout), the same backward rule as between two layers. Masks and rotary tables enter
+    ``d`` further in (at the attention scores), so they stay outside."""
+    prologue: dict[int, list[Node]] = {}
+    D = backward(nodes, layer)  # through the ops placed so far (a residual cast read by a closing add)
+    for n in nodes:
+        if n.kind == OP and n not in layer and A.get(n) == PRE and D.get(n, -1) >= 0:
+            prologue.setdefault(D[n], []).append(n)
+    if not prologue:
+        return
+    # The layer's entry: its first op (in program order) that the region feeds and no activation
+    # of its own does: the input norm, not a mask's consumer.
+    activation = activations(nodes)
+    # A layer that reads an earlier layer has its stream from it: what the model's anchors feed
+    # it (Zamba's copy of the embeddings, concatenated in each hybrid layer) is the model's.
+    chained = {layer[n] for n in nodes if layer.get(n, PRE) not in (PRE, POST)
+               and any(0 <= layer.get(v, PRE) < layer[n] for v in n.inputs)}
+    for d, members in prologue.items():
+        if d in chained:
+            continue
+        region = set(members)
+        entry = next((x for x in nodes if layer.get(x) == d and x.kind == OP
+                      and any(v in region or layer.get(v) == PRE for v in x.inputs)
+                      and not any(layer.get(v) == d and v in activation for v in x.inputs)), None)
+        if entry is None:
+            continue
+        entry_inputs = {v for v in entry.inputs if v in region or layer.get(v) == PRE}
+        feeding: set[Node] = set()
+        stack = [v for v in entry_inputs if v in region]
+        while stack:
+            v = stack.pop()
+            if v not in feeding:
+                feeding.add(v)
+                stack.extend(u for u in v.inputs if u in region)
+        for n in _after_entry(feeding, region, d, layer, index, entry_inputs):
+            layer[n], role[n] = d, "boundary"
+
+
+def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, index: dict,
+                 entry_inputs: set = frozenset()) -> set[Node]:
+    """Of the ops on the way into layer ``d``'s entries (``feeding``) and the ops of ``region``
+    they feed that feed only ``d`` (a scaled residual), those after the last op every path from the model's anchors
+    into ``d`` crosses; a cast right after that op is the layer's own first op."""
+    anchors = {v for n in feeding for v in n.inputs if layer.get(v) == PRE} | {v for v in entry_inputs if layer.get(v) == PRE}
+    stream = set(feeding)
+    stream |= {n for n in region if n.users and all(layer.get(u) == d for u in n.users)
+               and any(v in feeding or v in anchors for v in n.inputs)}
+    if not stream:
+        return set()
+    sources = {v for n in stream for v in n.inputs if layer.get(v) == PRE}
+    src, sink = object(), object()
+    preds: dict[object, list[object]] = {s: [src] for s in sources}
+    order: dict[object, int] = {src: -1, sink: 1 << 40}
+    targets: list[Node] = []
+    for n in sorted(stream | sources, key=index.__getitem__):
+        if n in stream:
+            preds[n] = [v for v in n.inputs if v in stream or v in sources] or [src]
+        order[n] = index[n]
+        targets += [u for u in n.users if layer.get(u) == d and u not in preds]
+    for t in dict.fromkeys(targets):
+        preds[t] = [v for v in t.inputs if v in stream or v in sources]
+        order[t] = index[t]
+    preds[sink] = list(dict.fromkeys(targets))
+    if not targets:
+        return set()
+    idom = _dominators(preds, order, src)
+    c, top = _cut(idom, sink, set(preds[sink]), stream)
+    c = top if c is None else c
+    if c is src:
+        return stream
+    after: set[Node] = set()
+    for n in sorted(stream, key=index.__getitem__):
+        if n is not c and any(v is c or v in after for v in n.inputs):
+            after.add(n)
+    return after
+
+
+def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int],
+               runs: "Runs | None" = None) -> set[Node]:
+    """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses
+    (and that run when layer ``a`` is done: ``runs``)."""
+    region = set(members)
+    # The flow graph: a virtual source feeding layer-a nodes, a virtual sink fed by layer-d nodes.
+    src, sink = object(), object()
+    preds: dict[object, list[object]] = {}
+    targets = []
+    for n in members:
+        ps = []
+        for v in n.inputs:
+            if v in region:
+                ps.append(v)
+            elif layer.get(v) == a:
+                preds.setdefault(v, [src])
+                ps.append(v)
+        preds[n] = ps or [src]
+    for v in [*members, *(v for v in preds if v not in region)]:  # what enters d from the region or beside it
+        for u in v.users:
+            if u not in region and layer.get(u) == d:
+                targets.append(u)
+    targets = list(dict.fromkeys(targets))
+    if not targets:
+        return set()
+    for t in targets:
+        for v in t.inputs:
+            if v not in region and layer.get(v) == a:
+                preds.setdefault(v, [src])  # a direct edge from layer a to layer d bypasses the region
+    order = {src: -1}
+    for v in preds:
+        order[v] = index[v]
+    for t in targets:
+        preds[t] = [v for v in t.inputs if v in preds]
+        order[t] = index[t]
+    preds[sink] = targets
+    order[sink] = 1 << 40
+    idom = _dominators(preds, order, src)
+    cuts = _region_cuts(idom, sink, targets, region, src)
+    # In program order a layer runs whole: what runs while layer a still runs is a's (a state it
+    # hands the next layer from its middle, as ZAYA's router does).
+    after = _downstream(members, cuts, index)
+    return after if runs is None else {n for n in after if runs.next_layer(index[n]) != a}
+
+
+def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
+    """The cuts of a region between two layers: one, or where no op carries every path (a layer
+    that hands the next one a side state beside its residual stream), one per path's target.
+
+    With no cut (the residual bypasses the region: AD fuses the add into the next norm; or a
+    weight-less tail runs into the final norm) the whole region stays in a, router arithmetic
+    and the MoE tail with it."""
+    def one(end, others) -> Node | None:
+        c, _ = _cut(idom, end, others, region)
+        return None if c is None or c is src else c
+
+    found = one(sink, set(targets))
+    if found is not None or idom.get(sink) is not src or len(targets) < 2:
+        return [found] if found is not None else []
+    return [c for t in targets if (c := one(t, set())) is not None]
+
+
+def _downstream(members: list[Node], cuts: list[Node], index: dict) -> set[Node]:
+    """Of ``members``, those fed (transitively, among them) by a cut, the cuts themselves aside."""
+    after: set[Node] = set()
+    for n in sorted(members, key=index.__getitem__):
+        if n not in cuts and any(v in cuts or v in after for v in n.inputs):
+            after.add(n)
+    return after
+
+
+def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, object]:
+    """Where a region between two stretches of the program (two layers, or the model's anchors and
+    a layer) is cut, and the op above the chain of the region's ops that every path into the
+    later stretch crosses. The ops after the cut belong to the later stretch.
+
+    The cut is the chain's topmost fork, the value that both the next block and the residual read
+    (the residual add that ends a layer, the embedding's dropout); where a cast makes the fork,
+    the op before the cast (a norm casts its input first). A chain without a fork is cut at its
+    last add (the residual add before a final norm without weights), else before the aliases
+    that end it (export hands a value out of the layer stack through one); else there is no cut
+    (None) and the caller decides: a weight-less tail stays with its layer, a post-norm layer
+    that keeps its normed input as the residual starts after the op above the chain. With no
+    chain at all, the paths meet at the op above the region (the earlier layer's last op): the
+    cut is that op, or the virtual source where they never meet."""
+    c = idom.get(sink)
+    while c in targets:
+        c = idom.get(c)
+    chain = []
+    while c in region:
+        chain.append(c)
+        c = idom.get(c)
+    forks = [x for x in chain if len(set(x.users)) >= 2]
+    if chain and isinstance(c, Node) and len({u for u in c.users if u in region or u in targets}) >= 2:
+        return c, c  # the earlier stretch's last op is the fork (a final norm without a cast)
+    if forks:
+        cut = forks[-1]
+        while cut in region and op_name(cut.target) in CASTS:
+            cut = idom.get(cut)
+        return cut, c
+    if not chain:  # the paths meet above the region, at one op: everything after it is later
+        return c, c
+    adds = [x for x in chain if is_add(x)]
+    if adds:
+        return adds[0], c
+    handed = 0
+    while handed < len(chain) and op_name(chain[handed].target) in ALIASES:
+        handed += 1
+    if handed:
+        return (chain[handed] if handed < len(chain) else c), c
+    return None, c
+
+
+def _dominators(preds: dict, order: dict, src) -> dict:
+    """Immediate dominators in a DAG, visiting nodes in topological order (Cooper–Harvey–Kennedy)."""
+    idom = {src: None}
+    depth = {src: 0}
+    for v in sorted(preds, key=order.__getitem__):
+        if v is src:
+            continue
+        ps = [p for p in preds[v] if p in idom]
+        if not ps:
+            ps = [src]
+        cur = ps[0]
+        for p in ps[1:]:
+            cur = _lca(cur, p, idom, depth)
+        idom[v] = cur
+        depth[v] = depth[cur] + 1
+    return idom
+
+
+def _lca(x, y, idom, depth):
+    while x is not y:
+        if depth[x] >= depth[y]:
+            x = idom[x]
+        else:
+            y = idom[y]
+    return x
