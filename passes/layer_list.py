@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from statistics import median_low
 from typing import Iterable
 
-_PARTS = re.compile(r"[._]")
+#: A numbered component: digits between separators, not the name's first part.
+_FIRST_NUMBER = re.compile(r"[._]([0-9]{1,6})(?=[._]|$)")
 #: An entry of the decoder list holds a block: at least this many weights in the typical one.
 MIN_WEIGHTS_PER_ENTRY = 2
-#: List entries a name may hold (a path with more numbered parts than this is not a module path).
-MAX_NUMBERED_PARTS = 8
 
 
 @dataclass(frozen=True)
@@ -37,30 +36,25 @@ class LayerList:
     others: tuple[str, ...] = ()  # other repeated lists, smaller
 
 
-def numbered_parts(name: str) -> Iterable[tuple[str, int]]:
-    """(list path, entry) for each numbered component of ``name``, outermost first."""
-    parts = _PARTS.split(name)
-    seen = 0
-    for i, part in enumerate(parts):
-        if part.isascii() and part.isdigit() and 0 < i and len(part) <= 6:
-            yield "_".join(parts[:i]), int(part)
-            seen += 1
-            if seen == MAX_NUMBERED_PARTS:
-                return
+def first_numbered(name: str) -> tuple[str, int] | None:
+    """(list path, entry) of the outermost numbered component of ``name``, or None. Only the
+    outermost counts: a list inside an entry of another (a layer's experts) is never the stack."""
+    m = _FIRST_NUMBER.search(name)
+    return None if m is None else (name[: m.start()].replace(".", "_"), int(m.group(1)))
 
 
 def find_layer_list(names: Iterable[str]) -> LayerList | None:
-    """The decoder-layer list among ``names`` (see the module doc), or None when no list repeats."""
+    """The decoder-layer list among ``names`` (see the module doc), or None when no list repeats
+    (a one-layer model's list has one entry: then the caller decides)."""
     entries: dict[str, Counter] = defaultdict(Counter)
     members: dict[str, dict[str, int]] = defaultdict(dict)
     for name in names:
-        for path, entry in numbered_parts(name):
+        found = first_numbered(name)
+        if found is not None:
+            path, entry = found
             entries[path][entry] += 1
             members[path][name] = entry
-    # A list inside an entry of another (a layer's experts) is never the stack, even where the
-    # outer list has one entry (a one-layer model: then no list repeats and the caller decides).
-    outer = {p for p in entries if not any(part.isdigit() for part in p.split("_"))}
-    repeated = [p for p in outer if len(entries[p]) >= 2 and median_low(entries[p].values()) >= MIN_WEIGHTS_PER_ENTRY]
+    repeated = [p for p, c in entries.items() if len(c) >= 2 and median_low(c.values()) >= MIN_WEIGHTS_PER_ENTRY]
     if not repeated:
         return None
     ranked = sorted(repeated, key=lambda p: (-sum(entries[p].values()), -median_low(entries[p].values()), len(p), p))

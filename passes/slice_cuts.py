@@ -7,6 +7,9 @@ from layerc.ir.graph import OP, Node
 from layerc.ir.targets import ALIASES, CASTS, op_name
 from layerc.passes.slice_flow import POST, PRE, Runs, activations, backward, forward, is_add
 
+#: The most paths into a layer cut one by one (a real boundary has a handful).
+MAX_PATH_CUTS = 64
+
 
 def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict, index: dict) -> None:
     """Split each region between layers ``a`` and ``d`` at its cut. An op between two layers that
@@ -61,12 +64,15 @@ def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index:
     # it (Zamba's copy of the embeddings, concatenated in each hybrid layer) is the model's.
     chained = {layer[n] for n in nodes if layer.get(n, PRE) not in (PRE, POST)
                and any(0 <= layer.get(v, PRE) < layer[n] for v in n.inputs)}
+    ops_of: dict[int, list[Node]] = {}
+    for n in nodes:
+        if n.kind == OP and layer.get(n) in prologue:
+            ops_of.setdefault(layer[n], []).append(n)
     for d, members in prologue.items():
         if d in chained:
             continue
         region = set(members)
-        entry = next((x for x in nodes if layer.get(x) == d and x.kind == OP
-                      and any(v in region or layer.get(v) == PRE for v in x.inputs)
+        entry = next((x for x in ops_of.get(d, ()) if any(v in region or layer.get(v) == PRE for v in x.inputs)
                       and not any(layer.get(v) == d and v in activation for v in x.inputs)), None)
         if entry is None:
             continue
@@ -180,6 +186,8 @@ def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node
     found = one(sink, set(targets))
     if found is not None or idom.get(sink) is not src or len(targets) < 2:
         return [found] if found is not None else []
+    if len(targets) > MAX_PATH_CUTS:  # each cut walks the chain: keep the work linear
+        return []
     return [c for t in targets if (c := one(t, set())) is not None]
 
 

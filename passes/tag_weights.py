@@ -29,7 +29,7 @@ from typing import ClassVar, Iterator
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Graph, Module, Weight
 from layerc.passes.base import Context, ModulePass
-from layerc.passes.layer_list import find_layer_list, numbered_parts
+from layerc.passes.layer_list import find_layer_list, first_numbered
 from layerc.passes.user_regex import compile_user_regex
 
 DEFAULT_PATTERN = r"(?:^|_)(?:layers|h|blocks)_(\d+)(?:_|$)"
@@ -77,7 +77,7 @@ def _clip(name: str, limit: int = 80) -> str:
 
 def _structural_name(weight: Weight) -> str:
     """The name whose numbered parts are the module path: the weight's own, else its target's."""
-    if weight.target and not any(True for _ in numbered_parts(weight.name)):
+    if weight.target and first_numbered(weight.name) is None:
         return weight.target
     return weight.name
 
