@@ -30,7 +30,7 @@ from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value,
 from layerc.ir.targets import op_name
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.slice_cuts import assign_boundaries, assign_prologues
-from layerc.passes.slice_flow import POST, PRE, backward, forward
+from layerc.passes.slice_flow import POST, PRE, activations, backward, forward
 from layerc.passes.slice_unanchored import assign_unanchored
 from layerc.passes.tag_weights import TagWeights
 
@@ -58,6 +58,12 @@ def slice_graph(graph: Graph) -> None:
     nodes = graph.nodes
     index = {n: i for i, n in enumerate(nodes)}
     fixed: dict[Node, int] = {n: s for n in nodes if n.kind == OP and (s := _seed_layer(n)) is not None}
+    # An op on a layer's weights alone that runs before the model reads its inputs (RWKV rescales
+    # its weights in place first) prepares the model: it is the model's, not the layer's.
+    live = activations(nodes)
+    start = next((i for i, n in enumerate(nodes) if n.kind == OP and n in live and n.users), len(nodes))
+    for n in [n for n in fixed if index[n] < start]:
+        fixed[n] = PRE
     model_level = [n for n in nodes if n.kind == OP and n not in fixed and _is_model_level(n)]
     # Model-level ops fed by no layer come before the stack. One fed by a layer is after it only
     # if no layer's seed depends on it (a RoPE op reads an untagged cos/sin table mid-layer).
