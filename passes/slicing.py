@@ -115,6 +115,7 @@ def _label(graph: Graph, layer: dict, role: dict, index: dict) -> None:
     for n in nodes:
         if n.kind != OP:
             n.meta["layer"], n.meta["layer_role"] = None, "input" if n.kind == PLACEHOLDER else "output"
+            n.meta["region"] = "prologue" if n.kind == PLACEHOLDER else "epilogue"
             continue
         value = layer.get(n)
         if value is None:
