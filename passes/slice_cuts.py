@@ -23,7 +23,7 @@ def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict,
         for (a, d), members in regions.items():
             after = _after_cut(members, a, d, layer, index, runs)
             for n in members:
-                layer[n], role[n] = (d if n in after else a), "boundary"
+                layer[n], role[n] = (d, "head") if n in after else (a, "tail")
         skipping = [n for (a, d), members in regions.items() if 0 <= a and d != POST and d - a >= 2 for n in members]
         if not skipping:
             return
@@ -40,7 +40,7 @@ def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict,
             for (a, d), members in regions.items():
                 after = _after_cut(members, a, d, layer, index, runs)
                 for n in members:
-                    layer[n], role[n] = (d if n in after else a), "boundary"
+                    layer[n], role[n] = (d, "head") if n in after else (a, "tail")
             return
 
 
@@ -85,7 +85,7 @@ def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index:
                 feeding.add(v)
                 stack.extend(u for u in v.inputs if u in region)
         for n in _after_entry(feeding, region, d, layer, index, entry_inputs):
-            layer[n], role[n] = d, "boundary"
+            layer[n], role[n] = d, "head"
 
 
 def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, index: dict,
@@ -116,7 +116,7 @@ def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, ind
     if not targets:
         return set()
     idom = _dominators(preds, order, src)
-    c, top = _cut(idom, sink, set(preds[sink]), stream)
+    c, top = _cut(idom, sink, set(preds[sink]), stream, into_layer=True)
     c = top if c is None else c
     if c is src:
         return stream
@@ -165,14 +165,14 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     preds[sink] = targets
     order[sink] = 1 << 40
     idom = _dominators(preds, order, src)
-    cuts = _region_cuts(idom, sink, targets, region, src)
+    cuts = _region_cuts(idom, sink, targets, region, src, d != POST)
     # In program order a layer runs whole: what runs while layer a still runs is a's (a state it
     # hands the next layer from its middle, as ZAYA's router does).
     after = _downstream(members, cuts, index)
     return after if runs is None else {n for n in after if runs.next_layer(index[n]) != a}
 
 
-def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
+def _region_cuts(idom: dict, sink, targets: list, region: set, src, into_layer: bool = True) -> list[Node]:
     """The cuts of a region between two layers: one, or where no op carries every path (a layer
     that hands the next one a side state beside its residual stream), one per path's target.
 
@@ -180,7 +180,7 @@ def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node
     weight-less tail runs into the final norm) the whole region stays in a, router arithmetic
     and the MoE tail with it."""
     def one(end, others) -> Node | None:
-        c, _ = _cut(idom, end, others, region)
+        c, _ = _cut(idom, end, others, region, into_layer)
         return None if c is None or c is src else c
 
     found = one(sink, set(targets))
@@ -200,7 +200,7 @@ def _downstream(members: list[Node], cuts: list[Node], index: dict) -> set[Node]
     return after
 
 
-def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, object]:
+def _cut(idom: dict, sink, targets: set, region: set, into_layer: bool = False) -> tuple[object | None, object]:
     """Where a region between two stretches of the program (two layers, or the model's anchors and
     a layer) is cut, and the op above the chain of the region's ops that every path into the
     later stretch crosses. The ops after the cut belong to the later stretch.
@@ -222,6 +222,9 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
         chain.append(c)
         c = idom.get(c)
     forks = [x for x in chain if len(set(x.users)) >= 2]
+    if into_layer:  # where the residual splits off: a fork the layer itself reads, not one inside
+        # a norm of the model's before it (nanochat normalizes the embedding first)
+        forks = [x for x in forks if any(u in targets for u in x.users)] or forks
     if chain and isinstance(c, Node) and len({u for u in c.users if u in region or u in targets}) >= 2:
         return c, c  # the earlier stretch's last op is the fork (a final norm without a cast)
     if forks:
@@ -267,3 +270,59 @@ def _lca(x, y, idom, depth):
         else:
             y = idom[y]
     return x
+
+
+def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
+    """Periodicity: the first layer opens as the next layer of its kind (else the next) does, and
+    the last layer closes as the one before it of its kind does. Where the cuts leave the first layer a longer
+    head (nanochat normalizes the embedding with the same weight-less norm every layer opens
+    with), or the last layer a shorter or longer tail than its neighbour (OPT's reshape after its
+    residual add, GPT's reshape of the stack's output), the ops in excess go to the model and
+    the ones missing come from it, when that makes the two alike op for op; else nothing moves."""
+    ops: dict[int, list[Node]] = {}
+    for n in nodes:
+        if n.kind == OP and layer.get(n, PRE) not in (PRE, POST):
+            ops.setdefault(layer[n], []).append(n)
+    if len(ops) < 2:
+        return
+    kind = {x: tuple(sorted(op_name(n.target) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
+    order = sorted(ops)
+
+    def names(seq: list[Node]) -> list[str]:
+        return [op_name(n.target) for n in seq]
+
+    def part(x: int, side: str) -> list[Node]:
+        return [n for n in ops[x] if role.get(n) == side]
+
+    first, last = order[0], order[-1]
+    # The reference: the nearest layer of the same kind, else the nearest (a hybrid's kinds
+    # share their norms).
+    ref = next((x for x in order[1:] if kind[x] == kind[first]), order[1])
+    if ref is not None:
+        head, model = part(first, "head"), len(part(first, "head")) - len(part(ref, "head"))
+        if model > 0 and names(head[model:]) == names(part(ref, "head")):
+            for n in head[:model]:
+                layer[n], role[n] = PRE, "outside"
+    ref = next((x for x in reversed(order[:-1]) if kind[x] == kind[last]), None)
+    if ref is None:  # how a layer of another kind closes says nothing (a MoE layer after dense ones)
+        return
+    # Compared: the ops that close each layer after all its others, past its last add (the
+    # residual add), the rest being the layer's own business (a MoE tail, a state handed on).
+    tail, want = _closing(ops[last], role), names(_closing(ops[ref], role))
+    if len(tail) > len(want) and names(tail[: len(want)]) == want:
+        for n in tail[len(want):]:
+            layer[n], role[n] = POST, "outside"
+    elif len(tail) < len(want):
+        after = sorted((n for n in nodes if layer.get(n) == POST and role.get(n) == "head"), key=index.__getitem__)
+        missing = after[: len(want) - len(tail)]
+        if names(tail + missing) == want:
+            for n in missing:
+                layer[n], role[n] = last, "tail"
+
+
+def _closing(members: list[Node], role: dict) -> list[Node]:
+    """A layer's tail ops after its last other op and after its last add (program order)."""
+    i = len(members)
+    while i and role.get(members[i - 1]) == "tail" and not is_add(members[i - 1]):
+        i -= 1
+    return members[i:]

@@ -15,7 +15,8 @@ Ops fed by no layer (masks, positions, rotary tables) join a layer only when the
 the ops that read them.
 
 Results go to ``meta``: ``layer`` (int, or None outside every layer), ``layer_role`` (seed, core,
-boundary, outside, shared, input) and ``region`` (``prologue``, ``layer N``, ``epilogue``) on
+head and tail — the ops a cut gave the layer that opens or closes there —, outside, shared,
+input) and ``region`` (``prologue``, ``layer N``, ``epilogue``) on
 nodes; ``layer`` on weights; ``layers`` (sorted layer numbers) on the graph.
 """
 
@@ -29,7 +30,7 @@ from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
 from layerc.ir.targets import op_name
 from layerc.passes.base import Context, ModulePass
-from layerc.passes.slice_cuts import assign_boundaries, assign_prologues
+from layerc.passes.slice_cuts import align_ends, assign_boundaries, assign_prologues
 from layerc.passes.slice_flow import POST, PRE, activations, backward, forward
 from layerc.passes.slice_unanchored import assign_unanchored
 from layerc.passes.tag_weights import TagWeights
@@ -95,6 +96,7 @@ def slice_graph(graph: Graph) -> None:
             regions.setdefault((A[n], D[n]), []).append(n)
     assign_boundaries(nodes, regions, layer, role, index)
     assign_prologues(nodes, A, layer, role, index)
+    align_ends(nodes, layer, role, index)
     assign_unanchored(nodes, layer, role, index)
     for n in nodes:  # a getitem goes with the tuple it reads (one output of a piece, of a topk)
         if n.kind == OP and op_name(n.target) == "getitem":

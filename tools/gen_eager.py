@@ -4,10 +4,12 @@ after another, masks and rotary tables computed once before the layers.
 Where a layer begins and ends is decided by structures that vary across architectures, and each
 variant here draws one of each from a seeded generator (``features``):
 
-- the norm: RMSNorm with or without the casts around it, Gemma's ``1 + weight``, LayerNorm;
+- the norm: RMSNorm with or without the casts around it, Gemma's ``1 + weight``, LayerNorm, or
+  one without weights (``bare``);
 - pre-norm or post-norm sublayers (post-norm: the layer ends with a norm, no final norm, an alias
   hands the last layer's output to the head);
-- what follows the embedding: nothing, a scale, a dropout, a position embedding and a dropout;
+- what follows the embedding: nothing, a scale, a dropout, a position embedding and a dropout,
+  or the model's own weight-less norm (nanochat's, the same every layer opens with);
 - layer kinds: attention with a full or a sliding-window mask, or a state-space mixer that reads
   neither (a hybrid); a mask one layer alone reads is still the model's;
 - rotary tables computed once, reshaped inside each attention layer, or cast by each layer from
@@ -19,7 +21,8 @@ variant here draws one of each from a seeded generator (``features``):
   multiplier on the sublayer's output before it;
 - the residual cast a layer makes of its input before its norm;
 - a side state a layer hands the next one beside the residual stream;
-- a looped stack: the same layers (the same weights) run again on their own output.
+- a looped stack: the same layers (the same weights) run again on their own output;
+- a reshape after each layer's closing add (OPT's), or one of the model's after the stack (GPT's).
 
 Every op carries ``meta['true_layer']``: None outside the layers, as ``nn_module_stack`` says.
 """
@@ -38,9 +41,9 @@ HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, EXPERTS = 64, 4, 16, 128, 256, 4
 NONE = OpaqueType("NoneType")
 
 CHOICES: dict[str, tuple] = {
-    "norm": ("rms_cast", "rms", "gemma_rms", "layer_norm"),
+    "norm": ("rms_cast", "rms", "gemma_rms", "layer_norm", "bare"),
     "post_norm": (False, True),
-    "embed_tail": ("none", "scale", "dropout", "positions"),
+    "embed_tail": ("none", "scale", "dropout", "positions", "norm"),
     "mixers": ("attention", "hybrid", "sliding"),
     "rope": (False, True, "chained"),
     "mlp": ("dense", "moe"),
@@ -49,6 +52,7 @@ CHOICES: dict[str, tuple] = {
     "residual_cast": (False, True),
     "side_state": (False, True),
     "loops": (1, 1, 2),
+    "reshape": ("none", "layer", "stack"),
 }
 
 
@@ -57,7 +61,15 @@ def features(variant: int) -> dict[str, Any]:
     if variant == 0:
         return {k: v[0] for k, v in CHOICES.items()}
     rng = random.Random(variant)
-    return {k: rng.choice(v) for k, v in CHOICES.items()}
+    f = {k: rng.choice(v) for k, v in CHOICES.items()}
+    if f["post_norm"] and f["norm"] == "bare":  # a post-norm stack's norms have weights (BERT, OPT)
+        f["norm"] = "layer_norm"
+    if f["mixers"] == "hybrid":
+        # Whose a reshape after the stack's last residual add is (the layer's, as OPT's; the
+        # model's, as GPT's) is known from an earlier layer of its kind. A hybrid's last layer
+        # may be the only one of its kind, and then the two are the same graph.
+        f["reshape"] = "none"
+    return f
 
 
 def layer_kinds(f: dict[str, Any], layers: int, variant: int) -> list[str]:
@@ -73,6 +85,8 @@ def layer_kinds(f: dict[str, Any], layers: int, variant: int) -> list[str]:
 def build(g, layers: int, variant: int = 0) -> None:
     """The graph of ``variant`` with ``layers`` decoder layers into ``g`` (a gen_dump ``_Gen``)."""
     f = features(variant)
+    if layers < 2:  # what only a second layer shows (how layers open and close) stays out
+        f = dict(f, reshape="none", embed_tail="none" if f["embed_tail"] == "norm" else f["embed_tail"])
     kinds = layer_kinds(f, layers, variant)
     B, S = (g.B, g.S) if g.symbolic else (1, 8)
     act = TensorType((B, S, HIDDEN), BF16)
@@ -85,6 +99,8 @@ def build(g, layers: int, variant: int = 0) -> None:
         h = g.op("aten.mul.Tensor", (h, HIDDEN ** 0.5), act)
     elif f["embed_tail"] == "dropout":
         h = g.op("aten.dropout.default", (h, 0.0, False), act)
+    elif f["embed_tail"] == "norm":
+        h = _norm(g, "bare", h, "model.embed_norm", act)
     elif f["embed_tail"] == "positions":
         positions = g.op("aten.arange.default", (S,), TensorType((S,), I64))
         wpe = g.op("aten.embedding.default", (g.w("model.embed_positions.weight", BF16, 64, HIDDEN), positions), act)
@@ -97,6 +113,8 @@ def build(g, layers: int, variant: int = 0) -> None:
             g.at(i)
             h, side = _layer(g, f, i, kind, h, masks.get(kind), rope, side, act)
     g.at(None)
+    if f["reshape"] == "stack":
+        h = g.op("aten.view.default", (h, [B, S, HIDDEN]), act)
     if f["post_norm"]:
         h = g.op("aten.alias.default", (h,), act)
     else:
@@ -133,11 +151,13 @@ def _norm(g, kind: str, x: Node, prefix: str, act: TensorType) -> Node:
     if kind == "layer_norm":
         return g.op("aten.layer_norm.default", (x, [HIDDEN], g.w(f"{prefix}.weight", BF16, HIDDEN), g.w(f"{prefix}.bias", BF16, HIDDEN), 1e-5), act)
     wide = TensorType(act.shape, F32)
-    if kind in ("rms_cast", "gemma_rms"):
+    if kind in ("rms_cast", "gemma_rms", "bare"):
         x = g.op("aten.to.dtype", (x, DType("float32")), wide)
     var = g.op("aten.mean.dim", (g.op("aten.pow.Tensor_Scalar", (x, 2), wide), [-1], True), TensorType(act.shape[:-1] + (1,), F32))
     scale = g.op("aten.rsqrt.default", (g.op("aten.add.Tensor", (var, 1e-6), var.type),), var.type)
     y = g.op("aten.mul.Tensor", (x, scale), wide)
+    if kind == "bare":  # no weight: cast back, as nanochat's F.rms_norm does
+        return g.op("aten.to.dtype", (y, DType("bfloat16")), act)
     w: Any = g.w(f"{prefix}.weight", BF16, HIDDEN)
     if kind == "gemma_rms":
         w = g.op("aten.add.Tensor", (w, 1.0), TensorType((HIDDEN,), BF16))  # reads only the weight
@@ -172,6 +192,8 @@ def _layer(g, f: dict, i: int, kind: str, h: Node, mask: Node | None, rope, side
     if f["closing_scale"] == "constant":  # Granite's and MiniCPM's residual multiplier
         out = g.op("aten.mul.Tensor", (out, 0.5), act)
     h = g.op("aten.add.Tensor", (h, out), act)
+    if f["reshape"] == "layer":
+        h = g.op("aten.view.default", (h, list(act.shape)), act)
     if f["post_norm"]:
         h = _norm(g, f["norm"], h, f"{p}.output_layernorm", act)
     if f["closing_scale"] == "weight":  # Gemma-4's per-layer scalar, after the residual add
