@@ -51,7 +51,9 @@ def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index:
     its dropout), the same backward rule as between two layers. Masks and rotary tables enter
     ``d`` further in (at the attention scores), so they stay outside."""
     prologue: dict[int, list[Node]] = {}
-    D = backward(nodes, layer)  # through the ops placed so far (a residual cast read by a closing add)
+    # through the ops placed so far (a residual cast read by a closing add), to the layers only: a
+    # model op that also reads the value (a state returned from the embedding) does not count
+    D = backward(nodes, {n: x for n, x in layer.items() if x not in (PRE, POST)})
     for n in nodes:
         if n.kind == OP and n not in layer and A.get(n) == PRE and D.get(n, -1) >= 0:
             prologue.setdefault(D[n], []).append(n)
@@ -116,7 +118,7 @@ def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, ind
     if not targets:
         return set()
     idom = _dominators(preds, order, src)
-    c, top = _cut(idom, sink, set(preds[sink]), stream, into_layer=True)
+    c, top = _cut(idom, sink, set(preds[sink]), stream)
     c = top if c is None else c
     if c is src:
         return stream
@@ -165,14 +167,14 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     preds[sink] = targets
     order[sink] = 1 << 40
     idom = _dominators(preds, order, src)
-    cuts = _region_cuts(idom, sink, targets, region, src, d != POST)
+    cuts = _region_cuts(idom, sink, targets, region, src)
     # In program order a layer runs whole: what runs while layer a still runs is a's (a state it
     # hands the next layer from its middle, as ZAYA's router does).
     after = _downstream(members, cuts, index)
     return after if runs is None else {n for n in after if runs.next_layer(index[n]) != a}
 
 
-def _region_cuts(idom: dict, sink, targets: list, region: set, src, into_layer: bool = True) -> list[Node]:
+def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
     """The cuts of a region between two layers: one, or where no op carries every path (a layer
     that hands the next one a side state beside its residual stream), one per path's target.
 
@@ -180,7 +182,7 @@ def _region_cuts(idom: dict, sink, targets: list, region: set, src, into_layer: 
     weight-less tail runs into the final norm) the whole region stays in a, router arithmetic
     and the MoE tail with it."""
     def one(end, others) -> Node | None:
-        c, _ = _cut(idom, end, others, region, into_layer)
+        c, _ = _cut(idom, end, others, region)
         return None if c is None or c is src else c
 
     found = one(sink, set(targets))
@@ -200,7 +202,7 @@ def _downstream(members: list[Node], cuts: list[Node], index: dict) -> set[Node]
     return after
 
 
-def _cut(idom: dict, sink, targets: set, region: set, into_layer: bool = False) -> tuple[object | None, object]:
+def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, object]:
     """Where a region between two stretches of the program (two layers, or the model's anchors and
     a layer) is cut, and the op above the chain of the region's ops that every path into the
     later stretch crosses. The ops after the cut belong to the later stretch.
@@ -222,9 +224,6 @@ def _cut(idom: dict, sink, targets: set, region: set, into_layer: bool = False) 
         chain.append(c)
         c = idom.get(c)
     forks = [x for x in chain if len(set(x.users)) >= 2]
-    if into_layer:  # where the residual splits off: a fork the layer itself reads, not one inside
-        # a norm of the model's before it (nanochat normalizes the embedding first)
-        forks = [x for x in forks if any(u in targets for u in x.users)] or forks
     if chain and isinstance(c, Node) and len({u for u in c.users if u in region or u in targets}) >= 2:
         return c, c  # the earlier stretch's last op is the fork (a final norm without a cast)
     if forks:
@@ -283,7 +282,9 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
     for n in nodes:
         if n.kind == OP and layer.get(n, PRE) not in (PRE, POST):
             ops.setdefault(layer[n], []).append(n)
-    if len(ops) < 2:
+    runs = [layer[n] for n in nodes if role.get(n) == "seed" and layer.get(n, PRE) not in (PRE, POST)]
+    runs = [x for i, x in enumerate(runs) if i == 0 or runs[i - 1] != x]
+    if len(ops) < 2 or len(runs) != len(set(runs)):  # a looped stack: its ends are not the layers'
         return
     kind = {x: tuple(sorted(op_name(n.target) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
     order = sorted(ops)

@@ -22,7 +22,8 @@ variant here draws one of each from a seeded generator (``features``):
 - the residual cast a layer makes of its input before its norm;
 - a side state a layer hands the next one beside the residual stream;
 - a looped stack: the same layers (the same weights) run again on their own output;
-- a reshape after each layer's closing add (OPT's), or one of the model's after the stack (GPT's).
+- a reshape after each layer's closing add (OPT's), or one of the model's after the stack (GPT's);
+- states the model returns beside the logits, taken from each layer's input (XLNet's memories).
 
 Every op carries ``meta['true_layer']``: None outside the layers, as ``nn_module_stack`` says.
 """
@@ -53,6 +54,7 @@ CHOICES: dict[str, tuple] = {
     "side_state": (False, True),
     "loops": (1, 1, 2),
     "reshape": ("none", "layer", "stack"),
+    "returns_states": (False, True),
 }
 
 
@@ -64,6 +66,9 @@ def features(variant: int) -> dict[str, Any]:
     f = {k: rng.choice(v) for k, v in CHOICES.items()}
     if f["post_norm"] and f["norm"] == "bare":  # a post-norm stack's norms have weights (BERT, OPT)
         f["norm"] = "layer_norm"
+    if f["loops"] > 1:  # a looped stack's ends are not aligned with its neighbours (slice_cuts)
+        f["reshape"] = "none"
+        f["embed_tail"] = "none" if f["embed_tail"] == "norm" else f["embed_tail"]
     if f["mixers"] == "hybrid":
         # Whose a reshape after the stack's last residual add is (the layer's, as OPT's; the
         # model's, as GPT's) is known from an earlier layer of its kind. A hybrid's last layer
@@ -107,9 +112,12 @@ def build(g, layers: int, variant: int = 0) -> None:
         h = g.op("aten.dropout.default", (g.op("aten.add.Tensor", (h, wpe), act), 0.0, False), act)
     masks = {kind: _mask(g, kind, S) for kind in ("full", "sliding") if kind in kinds}
     rope = list(_rotary(g, S)) if f["rope"] and any(k != "ssm" for k in kinds) else None
-    side = None
+    side, states = None, []
     for _ in range(f["loops"]):
         for i, kind in enumerate(kinds):
+            if f["returns_states"]:  # the model's, computed as each layer begins
+                g.at(None)
+                states.append(g.op("aten.detach.default", (g.op("aten.slice.Tensor", (h, 1, -4, S), act),), act))
             g.at(i)
             h, side = _layer(g, f, i, kind, h, masks.get(kind), rope, side, act)
     g.at(None)
@@ -120,7 +128,7 @@ def build(g, layers: int, variant: int = 0) -> None:
     else:
         h = _norm(g, f["norm"], h, "model.norm", act)
     logits = g.op("aten.linear.default", (h, g.w("lm_head.weight", BF16, VOCAB, HIDDEN)), TensorType((B, S, VOCAB), BF16))
-    g.b.output(logits)
+    g.b.output((logits, *states) if states else logits)  # one argument, as fx prints it: the results
 
 
 def _mask(g, kind: str, S: int) -> Node:
