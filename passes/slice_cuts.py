@@ -3,6 +3,8 @@ and a layer) cut on the chain of ops every path into the later one crosses."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from layerc.ir.graph import OP, Node
 from layerc.ir.targets import ALIASES, CASTS, op_name
 from layerc.passes.slice_flow import POST, PRE, Runs, activations, backward, forward, is_add
@@ -272,53 +274,88 @@ def _lca(x, y, idom, depth):
 
 
 def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
-    """Periodicity: the first layer opens as the next layer of its kind (else the next) does, and
-    the last layer closes as the one before it of its kind does. Where the cuts leave the first layer a longer
-    head (nanochat normalizes the embedding with the same weight-less norm every layer opens
-    with), or the last layer a shorter or longer tail than its neighbour (OPT's reshape after its
-    residual add, GPT's reshape of the stack's output), the ops in excess go to the model and
-    the ones missing come from it, when that makes the two alike op for op; else nothing moves."""
+    """Periodicity: a layer opens as the layers of its kind usually do, and the last layer closes
+    as the one before it of its kind does.
+
+    Where a cut leaves a layer a longer head than its kind's usual one (nanochat normalizes the
+    embedding with the same weight-less norm every layer opens with; a looped stack mixes the
+    layers' outputs between passes, as Dory does) and the usual head ends it, the ops before that
+    are the model's. Where the last layer closes with more or fewer ops than its neighbour (OPT's
+    reshape after its residual add, GPT's reshape of the stack's output), the excess goes to the
+    model and the missing ones come from it, when that makes the two alike op for op. Else
+    nothing moves."""
     ops: dict[int, list[Node]] = {}
     for n in nodes:
         if n.kind == OP and layer.get(n, PRE) not in (PRE, POST):
             ops.setdefault(layer[n], []).append(n)
-    runs = [layer[n] for n in nodes if role.get(n) == "seed" and layer.get(n, PRE) not in (PRE, POST)]
-    runs = [x for i, x in enumerate(runs) if i == 0 or runs[i - 1] != x]
-    if len(ops) < 2 or len(runs) != len(set(runs)):  # a looped stack: its ends are not the layers'
+    if len(ops) < 2:
         return
     kind = {x: tuple(sorted(op_name(n.target) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
+    _align_heads(nodes, kind, layer, role)
+    runs = [layer[n] for n in nodes if role.get(n) == "seed" and layer.get(n, PRE) not in (PRE, POST)]
+    runs = [x for i, x in enumerate(runs) if i == 0 or runs[i - 1] != x]
+    if len(runs) != len(set(runs)):  # a looped stack: its last layer closes each pass
+        return
     order = sorted(ops)
-
-    def names(seq: list[Node]) -> list[str]:
-        return [op_name(n.target) for n in seq]
-
-    def part(x: int, side: str) -> list[Node]:
-        return [n for n in ops[x] if role.get(n) == side]
-
-    first, last = order[0], order[-1]
-    # The reference: the nearest layer of the same kind, else the nearest (a hybrid's kinds
-    # share their norms).
-    ref = next((x for x in order[1:] if kind[x] == kind[first]), order[1])
-    if ref is not None:
-        head, model = part(first, "head"), len(part(first, "head")) - len(part(ref, "head"))
-        if model > 0 and names(head[model:]) == names(part(ref, "head")):
-            for n in head[:model]:
-                layer[n], role[n] = PRE, "outside"
+    last = order[-1]
     ref = next((x for x in reversed(order[:-1]) if kind[x] == kind[last]), None)
     if ref is None:  # how a layer of another kind closes says nothing (a MoE layer after dense ones)
         return
     # Compared: the ops that close each layer after all its others, past its last add (the
     # residual add), the rest being the layer's own business (a MoE tail, a state handed on).
-    tail, want = _closing(ops[last], role), names(_closing(ops[ref], role))
-    if len(tail) > len(want) and names(tail[: len(want)]) == want:
+    tail, want = _closing(ops[last], role), _names(_closing(ops[ref], role))
+    if len(tail) > len(want) and _names(tail[: len(want)]) == want:
         for n in tail[len(want):]:
             layer[n], role[n] = POST, "outside"
     elif len(tail) < len(want):
         after = sorted((n for n in nodes if layer.get(n) == POST and role.get(n) == "head"), key=index.__getitem__)
         missing = after[: len(want) - len(tail)]
-        if names(tail + missing) == want:
+        if _names(tail + missing) == want:
             for n in missing:
                 layer[n], role[n] = last, "tail"
+
+
+def _align_heads(nodes: list[Node], kind: dict, layer: dict, role: dict) -> None:
+    """Each run of a layer (a looped stack runs each layer again) opens with its head ops. One
+    longer than its kind's usual opening (the commonest, seen twice at least; else the commonest
+    of all, a hybrid's kinds sharing their norms; for the first run of a short stack, the next
+    run's) that ends with it gives the model the ops before it."""
+    runs: list[tuple[int, list[Node]]] = []
+    for n in nodes:
+        x = layer.get(n, PRE)
+        if n.kind != OP or x in (PRE, POST):
+            continue
+        if not runs or runs[-1][0] != x:
+            runs.append((x, []))
+        runs[-1][1].append(n)
+    openings = []
+    for x, members in runs:
+        i = 0
+        while i < len(members) and role.get(members[i]) == "head":
+            i += 1
+        openings.append((x, members[:i]))
+    usual_all = _commonest([tuple(_names(o)) for _, o in openings if o])
+    for i, (x, opening) in enumerate(openings):
+        usual = _commonest([tuple(_names(o)) for y, o in openings if o and kind[y] == kind[x]]) or usual_all
+        if usual is None and i == 0 and len(openings) > 1:  # two runs: the first opens as the next does
+            usual = tuple(_names(next((o for y, o in openings[1:] if kind[y] == kind[x]), openings[1][1])))
+        excess = len(opening) - len(usual or ())
+        if usual is not None and excess > 0 and tuple(_names(opening[excess:])) == usual:
+            for n in opening[:excess]:
+                layer[n], role[n] = PRE, "outside"
+
+
+def _commonest(sequences: list[tuple]) -> tuple | None:
+    """The sequence seen most often, if twice at least (the shorter on a tie)."""
+    counts = Counter(sequences)
+    if not counts:
+        return None
+    best = max(counts, key=lambda s: (counts[s], -len(s)))
+    return best if counts[best] >= 2 else None
+
+
+def _names(seq: list[Node]) -> list[str]:
+    return [op_name(n.target) for n in seq]
 
 
 def _closing(members: list[Node], role: dict) -> list[Node]:
