@@ -288,10 +288,10 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
     for n in nodes:
         if n.kind == OP and layer.get(n, PRE) not in (PRE, POST):
             ops.setdefault(layer[n], []).append(n)
-    if len(ops) < 2:
-        return
     kind = {x: tuple(sorted(op_name(n.target) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
     _align_heads(nodes, kind, layer, role)
+    if len(ops) < 2:
+        return
     runs = [layer[n] for n in nodes if role.get(n) == "seed" and layer.get(n, PRE) not in (PRE, POST)]
     runs = [x for i, x in enumerate(runs) if i == 0 or runs[i - 1] != x]
     if len(runs) != len(set(runs)):  # a looped stack: its last layer closes each pass
@@ -318,27 +318,36 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
 def _align_heads(nodes: list[Node], kind: dict, layer: dict, role: dict) -> None:
     """Each run of a layer (a looped stack runs each layer again) opens with its head ops. One
     longer than its kind's usual opening (the commonest, seen twice at least; else the commonest
-    of all, a hybrid's kinds sharing their norms; for the first run of a short stack, the next
-    run's) that ends with it gives the model the ops before it."""
-    runs: list[tuple[int, list[Node]]] = []
+    of all, a hybrid's kinds sharing their norms; in a short stack, the longest other run's
+    opening it ends with) that ends with it gives the model the ops before it."""
+    # A run starts at the first seed of a layer after another layer's seeds; its opening is the
+    # layer's head ops seen since that other layer's last seed.
+    openings: list[tuple[int, list[Node]]] = []
+    pending: dict[int, list[Node]] = {}
+    current = None
     for n in nodes:
         x = layer.get(n, PRE)
         if n.kind != OP or x in (PRE, POST):
             continue
-        if not runs or runs[-1][0] != x:
-            runs.append((x, []))
-        runs[-1][1].append(n)
-    openings = []
-    for x, members in runs:
-        i = 0
-        while i < len(members) and role.get(members[i]) == "head":
-            i += 1
-        openings.append((x, members[:i]))
-    usual_all = _commonest([tuple(_names(o)) for _, o in openings if o])
+        if role.get(n) == "head" and x != current:
+            pending.setdefault(x, []).append(n)
+        elif role.get(n) == "seed" and x != current:
+            openings.append((x, pending.pop(x, [])))
+            pending.clear()
+            current = x
+    usual_all = _commonest([tuple(_names(o)) for _, o in openings if o])  # across kinds: a real opening
     for i, (x, opening) in enumerate(openings):
-        usual = _commonest([tuple(_names(o)) for y, o in openings if o and kind[y] == kind[x]]) or usual_all
-        if usual is None and i == 0 and len(openings) > 1:  # two runs: the first opens as the next does
-            usual = tuple(_names(next((o for y, o in openings[1:] if kind[y] == kind[x]), openings[1][1])))
+        usual = _commonest([tuple(_names(o)) for y, o in openings if kind[y] == kind[x]])
+        usual = usual_all if usual is None else usual
+        if usual is None:  # no usual opening yet (a short stack): another run's, of its kind if any
+            others = [tuple(_names(o)) for j, (y, o) in enumerate(openings) if j != i and kind[y] == kind[x]] or \
+                     [tuple(_names(o)) for j, (_, o) in enumerate(openings) if j != i]
+            ends = [o for o in others if 0 < len(o) < len(opening) and tuple(_names(opening[len(opening) - len(o):])) == o]
+            # the same layer's other passes, even one that opens with nothing (a looped
+            # post-norm stack: what precedes a pass is the model's mixing)
+            ends += [tuple(_names(o)) for j, (y, o) in enumerate(openings) if j != i and y == x and len(o) < len(opening)
+                     and tuple(_names(opening[len(opening) - len(o):])) == tuple(_names(o))]
+            usual = max(ends, key=len) if ends else None
         excess = len(opening) - len(usual or ())
         if usual is not None and excess > 0 and tuple(_names(opening[excess:])) == usual:
             for n in opening[:excess]:

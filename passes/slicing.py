@@ -94,8 +94,6 @@ def slice_graph(graph: Graph) -> None:
             layer[n], role[n] = A[n], "core"
         else:
             regions.setdefault((A[n], D[n]), []).append(n)
-    assign_boundaries(nodes, regions, layer, role, index)
-    assign_prologues(nodes, A, layer, role, index)
     # In a whole model (one with a head after the stack), what only the graph's output reads,
     # computed without weights, is a state the model returns beside the logits (XLNet's
     # memories: a slice of each layer's input), not a layer's work. (A graph of one layer, as
@@ -106,6 +104,8 @@ def slice_graph(graph: Graph) -> None:
             if n.kind == OP and n.users and not n.weights and all(u.kind == OUTPUT or u in returned for u in n.users):
                 returned.add(n)
                 layer[n], role[n] = POST, "outside"
+    assign_boundaries(nodes, regions, layer, role, index)
+    assign_prologues(nodes, A, layer, role, index)
     align_ends(nodes, layer, role, index)
     assign_unanchored(nodes, layer, role, index)
     for n in nodes:  # a getitem goes with the tuple it reads (one output of a piece, of a topk)

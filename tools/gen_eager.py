@@ -21,7 +21,8 @@ variant here draws one of each from a seeded generator (``features``):
   multiplier on the sublayer's output before it;
 - the residual cast a layer makes of its input before its norm;
 - a side state a layer hands the next one beside the residual stream;
-- a looped stack: the same layers (the same weights) run again on their own output;
+- a looped stack: the same layers (the same weights) run again on their own output, the model
+  mixing the input back in between passes (Dory's, HRM's injection);
 - a reshape after each layer's closing add (OPT's), or one of the model's after the stack (GPT's);
 - states the model returns beside the logits, taken from each layer's input (XLNet's memories).
 
@@ -55,6 +56,7 @@ CHOICES: dict[str, tuple] = {
     "loops": (1, 1, 2),
     "reshape": ("none", "layer", "stack"),
     "returns_states": (False, True),
+    "mix_between_passes": (False, True),
 }
 
 
@@ -90,8 +92,14 @@ def layer_kinds(f: dict[str, Any], layers: int, variant: int) -> list[str]:
 def build(g, layers: int, variant: int = 0) -> None:
     """The graph of ``variant`` with ``layers`` decoder layers into ``g`` (a gen_dump ``_Gen``)."""
     f = features(variant)
+    if f["embed_tail"] == "norm" and (f["norm"] != "bare" or f["post_norm"]):
+        # the model's weight-less norm is told from a layer's opening by the layers opening with
+        # the same norm (nanochat); before a layer that opens with its weighted norm's own op it
+        # is the layer's opening for all the graph shows
+        f = dict(f, embed_tail="none")
     if layers < 2:  # what only a second layer shows (how layers open and close) stays out
-        f = dict(f, reshape="none", embed_tail="none" if f["embed_tail"] == "norm" else f["embed_tail"])
+        f = dict(f, reshape="none", embed_tail="none" if f["embed_tail"] == "norm" else f["embed_tail"],
+                 loops=1)  # one layer run twice feeds itself: its passes show no boundary
     kinds = layer_kinds(f, layers, variant)
     B, S = (g.B, g.S) if g.symbolic else (1, 8)
     act = TensorType((B, S, HIDDEN), BF16)
@@ -112,8 +120,11 @@ def build(g, layers: int, variant: int = 0) -> None:
         h = g.op("aten.dropout.default", (g.op("aten.add.Tensor", (h, wpe), act), 0.0, False), act)
     masks = {kind: _mask(g, kind, S) for kind in ("full", "sliding") if kind in kinds}
     rope = list(_rotary(g, S)) if f["rope"] and any(k != "ssm" for k in kinds) else None
-    side, states = None, []
-    for _ in range(f["loops"]):
+    side, states, embedded = None, [], h
+    for loop in range(f["loops"]):
+        if loop and f["mix_between_passes"]:  # the model's: a weight-less norm of the pass's output, plus the input
+            g.at(None)
+            h = g.op("aten.add.Tensor", (_norm(g, "bare", h, "", act), embedded), act)
         for i, kind in enumerate(kinds):
             if f["returns_states"]:  # the model's, computed as each layer begins
                 g.at(None)
