@@ -317,9 +317,9 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
 
 def _align_heads(nodes: list[Node], kind: dict, layer: dict, role: dict) -> None:
     """Each run of a layer (a looped stack runs each layer again) opens with its head ops. One
-    longer than its kind's usual opening (the commonest, seen twice at least; else the commonest
-    of all, a hybrid's kinds sharing their norms; in a short stack, the longest other run's
-    opening it ends with) that ends with it gives the model the ops before it."""
+    longer than its kind's usual opening (the commonest, seen twice at least; in a short stack
+    or a hybrid, the longest other run's opening it ends with) that ends with it gives the model
+    the ops before it."""
     # A run starts at the first seed of a layer after another layer's seeds; its opening is the
     # layer's head ops seen since that other layer's last seed.
     openings: list[tuple[int, list[Node]]] = []
@@ -335,13 +335,12 @@ def _align_heads(nodes: list[Node], kind: dict, layer: dict, role: dict) -> None
             openings.append((x, pending.pop(x, [])))
             pending.clear()
             current = x
-    usual_all = _commonest([tuple(_names(o)) for _, o in openings if o])  # across kinds: a real opening
     for i, (x, opening) in enumerate(openings):
         usual = _commonest([tuple(_names(o)) for y, o in openings if kind[y] == kind[x]])
-        usual = usual_all if usual is None else usual
         if usual is None:  # no usual opening yet (a short stack): another run's, of its kind if any
-            others = [tuple(_names(o)) for j, (y, o) in enumerate(openings) if j != i and kind[y] == kind[x]] or \
-                     [tuple(_names(o)) for j, (_, o) in enumerate(openings) if j != i]
+            others = [tuple(_names(o)) for j, (y, o) in enumerate(openings) if j != i and kind[y] == kind[x]]
+            if not others and i == 0:  # before the stack's first layer, a hybrid's other kinds show it
+                others = [tuple(_names(o)) for _, o in openings[1:]]
             ends = [o for o in others if 0 < len(o) < len(opening) and tuple(_names(opening[len(opening) - len(o):])) == o]
             # the same layer's other passes, even one that opens with nothing (a looped
             # post-norm stack: what precedes a pass is the model's mixing)

@@ -36,6 +36,14 @@ RULES = {
     "gemma4_text": "a layer-closing scale: the next norm starts after it",
     "gemma3n_text": "AltUp's stacked streams: the paths into a layer meet at the last op of the one before",
     "zaya": "a state one layer hands the next from its middle stays with the layer that made it",
+    "nanochat": "periodicity: the model's weight-less norm before layer 0's identical one is the model's",
+    "opt": "periodicity: the last layer closes with the reshape every layer closes with",
+    "openai-gpt": "periodicity: the model's reshape after the last layer is not the layer's",
+    "xlnet": "states the model returns beside the logits (memories) are the model's",
+    "rwkv": "an op on a layer's weights that runs before the model reads its input is the model's",
+    "dory": "a looped stack: each pass cut, the model's mixing between passes left out",
+    "hrm_text": "twin stacks (H and L modules) numbered together",
+    "deepseek_v2": "the cast each layer makes of the rotary table the layer before handed on",
 }
 
 
