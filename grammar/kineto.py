@@ -23,7 +23,7 @@ import gc
 import itertools
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -99,6 +99,11 @@ _SPLIT = re.compile(rb"\}\s*,\s*\{")
 _RUNTIME_CATS = {"cuda_runtime": LAUNCH_RUNTIME, "cuda_driver": LAUNCH_DRIVER, "runtime": LAUNCH_RUNTIME}
 _CPU_CATS = {"cpu_op", "operator"}
 _FLOW_CATS = {"ac2g", "async_cpu_to_gpu", "async_gpu", "async", "fwdbwd", "forward_backward", "fwd_bwd"}
+#: Categories of earlier Kineto generations (2020-21: capitalized ``Kernel``, ``Memcpy``,
+#: ``Memset``, ``Runtime``, ``Operator``) and of ROCm builds (``hip_runtime``), as today's names.
+_CAT_ALIASES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "runtime",
+                "Operator": "operator", "hip_runtime": "cuda_runtime", "hip_driver": "cuda_driver",
+                "Python": "python_function", "User_annotation": "user_annotation", "GPU_user_annotation": "gpu_user_annotation"}
 _GRAPH_API = re.compile(r"GraphLaunch")
 
 
@@ -124,6 +129,10 @@ def read_kineto(path: str | Path, kinds=KINDS, chunk: int = CHUNK) -> Trace:
     trace.meta.update({k: v for k, v in meta.items() if k in ("schemaVersion", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "distributedInfo")})
     trace.meta["events"] = n_events
     trace.meta["flows"] = rows.flows
+    if "kernels" in kinds and not len(trace.kernels):
+        seen = ", ".join(f"{c} ({n})" for c, n in rows.categories.most_common(6)) or "none"
+        trace.warnings.append(f"no GPU kernels in the trace: nothing ran on a GPU, or its events are of a kind layerc "
+                              f"does not read (complete events by category: {seen})")
     return trace
 
 
@@ -702,15 +711,19 @@ class _Rows:
         self.parts: dict[str, list[dict]] = {k: [] for k in KINDS}
         self.flows = 0
         self.row = 0
+        self.categories: Counter = Counter()  # complete events per category, for the no-kernel warning
 
     def add(self, events: list[_Event]) -> None:
         by_cat: defaultdict[str, list[int]] = defaultdict(list)  # complete events by category
         flow_cats, flows = _FLOW_CATS, 0
+        aliases = _CAT_ALIASES
         for i, e in enumerate(events):
             if e.ph == "X":
-                by_cat[e.cat].append(i)
+                by_cat[aliases.get(e.cat, e.cat)].append(i)
             elif e.cat in flow_cats:
                 flows += 1
+        for cat, picked in by_cat.items():
+            self.categories[cat] += len(picked)
         self.flows += flows
         base = self.row
         self.row += len(events)
