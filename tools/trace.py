@@ -100,6 +100,10 @@ def analyze(args: argparse.Namespace) -> Analysis:
 
 def run(args: argparse.Namespace) -> int:
     a = analyze(args)
+    if args.num_layers and (off := mismatched_passes(a, args.num_layers)):
+        counts = ", ".join(f"pass {q}: {a.layers.layers_per_pass[q]}" for q in off[:6]) + (" ..." if len(off) > 6 else "")
+        sys.stderr.write(f"{args.trace}: warning: --num-layers {args.num_layers}, but {len(off)} complete pass(es) "
+                         f"have another count ({counts}); the layers found are reported as they are\n")
     if args.json:
         from layerc.backends.outputs import write_atomic
         import orjson
@@ -111,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
         write_perfetto(a, args.perfetto)
     show(a, args)
     return 0
+
+
+def mismatched_passes(a: Analysis, expected: int) -> list[int]:
+    """The complete passes (not cut by the profile's ends) whose layer count is not ``expected``:
+    a cross-check, never a correction."""
+    return [q for q, n in enumerate(a.layers.layers_per_pass) if not a.layers.partial[q] and n != expected]
 
 
 def _short(a: Analysis, i: int) -> str:
@@ -137,6 +147,9 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "total_kernel_time_ns": total,
         "num_layers": int(a.rows.sum()),
         "layers_per_pass": _layers_per_pass(a),
+        # --num-layers: what was expected, and the complete passes that found another count
+        **({"expected_layers": {"num_layers": args.num_layers, "mismatched_passes": mismatched_passes(a, args.num_layers)}}
+           if getattr(args, "num_layers", None) else {}),
         # passes cut by the profile's start or end: a leading one numbers its layers from the end
         "partial_passes": [q for q, cut in enumerate(a.layers.partial) if cut],
         "strategy": a.layers.strategy,
