@@ -106,11 +106,15 @@ def span_layers(trace: Trace) -> Spans | None:
     k = trace.kernels
     spans = []
     for tbl, rx, group in ((trace.modules, _LAYER_SPAN, 2), (trace.annotations, _NVTX_LAYER, 1)):
+        classes = []
         for i in range(len(tbl)):
-            m = rx.search(trace.strings[int(tbl.name[i])] or "")
+            name = trace.strings[int(tbl.name[i])] or ""
+            m = rx.search(name)
             if m:
                 spans.append((int(tbl.start[i]), int(tbl.end[i]), int(tbl.tid[i]), int(m.group(group))))
+                classes.append(name[: m.start(group)] if tbl is trace.modules else "")
         if spans:
+            spans = _outermost(spans, classes)
             break
     if not spans:
         return None
@@ -132,6 +136,42 @@ def span_layers(trace: Trace) -> Spans | None:
         layer[sel[ok]] = own[j[ok], 3]
         span[sel[ok]] = rows[j[ok]]
     return Spans(layer, span, when)
+
+
+#: The most module classes compared for nesting (a model has a handful that end in Block or Layer).
+MAX_CLASSES = 64
+
+
+def _outermost(spans: list[tuple], classes: list[str]) -> list[tuple]:
+    """The spans of the outermost layer classes: a class whose spans lie inside another class's
+    (vLLM's gpt-oss MLPBlock inside its TransformerBlock) is part of a layer, never one; counting
+    it too would split every layer in two."""
+    by_class: dict[str, list[int]] = {}
+    for i, c in enumerate(classes):
+        by_class.setdefault(c, []).append(i)
+    if len(by_class) < 2:
+        return spans
+    names = sorted(by_class, key=lambda c: -len(by_class[c]))[:MAX_CLASSES]
+    table = np.array(spans, np.int64).reshape(-1, 4)
+    inner = set()
+    for c in names:
+        mine = table[by_class[c]]
+        for d in names:
+            if d == c or d in inner:
+                continue
+            outer = table[by_class[d]]
+            inside = np.zeros(len(mine), bool)
+            for t in np.unique(mine[:, 2]).tolist():
+                o = outer[outer[:, 2] == t]
+                o = o[np.argsort(o[:, 0], kind="stable")]
+                m = np.nonzero(mine[:, 2] == t)[0]
+                j = np.searchsorted(o[:, 0], mine[m, 0], side="right") - 1
+                ok = j >= 0
+                inside[m[ok]] = mine[m[ok], 1] <= o[j[ok], 1]
+            if inside.mean() > 0.5:
+                inner.add(c)
+                break
+    return [s for s, c in zip(spans, classes) if c not in inner]
 
 
 def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
