@@ -49,6 +49,8 @@ RULES = {
 
 @pytest.mark.parametrize("arch", ARCHES + list(RULES))
 def test_slices_agree_with_nn_module_stack(arch, tmp_path, record_property):
+    if arch not in export_hf.model_types():
+        pytest.skip(f"the installed transformers has no '{arch}'")
     export_hf.export(arch, 3, tmp_path)
     truth = json.loads((tmp_path / "layers.json").read_text())["nodes"]
     module = load(tmp_path)
