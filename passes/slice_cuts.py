@@ -7,7 +7,7 @@ from collections import Counter
 
 from layerc.ir.graph import OP, Node
 from layerc.ir.targets import ALIASES, CASTS, op_name
-from layerc.passes.slice_flow import POST, PRE, Runs, activations, backward, forward, is_add
+from layerc.passes.slice_flow import POST, PRE, Runs, backward, forward, is_add
 
 #: The most paths into a layer cut one by one (a real boundary has a handful).
 MAX_PATH_CUTS = 64
@@ -18,16 +18,18 @@ def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict,
     are not adjacent (a residual cast of layer ``a+1`` that only its closing add reads, which
     itself sits between ``a+1`` and ``a+2``) is placed again once its neighbours are: its
     forward and backward follows, now through placed ops, usually meet in one layer."""
-    # Where each layer runs: the assigned ops in program order, for "which layer runs next".
-    placed = [index[n] for n in nodes if n in layer]
-    runs = Runs(placed, [layer[nodes[i]] for i in placed])
-    for _ in range(3):
+    runs = Runs.over(nodes, layer)  # where each layer runs: the ops placed before any cut
+
+    def split(regions: dict) -> None:
         for (a, d), members in regions.items():
             after = _after_cut(members, a, d, layer, index, runs)
             for n in members:
                 layer[n], role[n] = (d, "head") if n in after else (a, "tail")
+
+    for attempt in range(3):
+        split(regions)
         skipping = [n for (a, d), members in regions.items() if 0 <= a and d != POST and d - a >= 2 for n in members]
-        if not skipping:
+        if not skipping or attempt == 2:
             return
         for n in skipping:
             del layer[n]
@@ -39,14 +41,11 @@ def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict,
             else:
                 regions.setdefault((A[n], D[n]), []).append(n)
         if all(d - a >= 2 for a, d in regions):  # nothing moved closer: keep the first answer
-            for (a, d), members in regions.items():
-                after = _after_cut(members, a, d, layer, index, runs)
-                for n in members:
-                    layer[n], role[n] = (d, "head") if n in after else (a, "tail")
+            split(regions)
             return
 
 
-def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index: dict) -> None:
+def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index: dict, activation: set[Node]) -> None:
     """The ops between the model's inputs and a layer ``d`` that are ``d``'s own: those on the way
     into the layer's first ops (the ones no other op of ``d`` feeds: its input norm) after the last
     op that every path from the model's anchors into ``d`` crosses (the embedding, its scaling or
@@ -63,7 +62,6 @@ def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index:
         return
     # The layer's entry: its first op (in program order) that the region feeds and no activation
     # of its own does: the input norm, not a mask's consumer.
-    activation = activations(nodes)
     # A layer that reads an earlier layer has its stream from it: what the model's anchors feed
     # it (Zamba's copy of the embeddings, concatenated in each hybrid layer) is the model's.
     chained = {layer[n] for n in nodes if layer.get(n, PRE) not in (PRE, POST)
@@ -122,17 +120,11 @@ def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, ind
     idom = _dominators(preds, order, src)
     c, top = _cut(idom, sink, set(preds[sink]), stream)
     c = top if c is None else c
-    if c is src:
-        return stream
-    after: set[Node] = set()
-    for n in sorted(stream, key=index.__getitem__):
-        if n is not c and any(v is c or v in after for v in n.inputs):
-            after.add(n)
-    return after
+    return stream if c is src else _downstream(list(stream), [c], index)
 
 
 def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int],
-               runs: "Runs | None" = None) -> set[Node]:
+               runs: Runs) -> set[Node]:
     """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses
     (and that run when layer ``a`` is done: ``runs``)."""
     region = set(members)
@@ -172,8 +164,7 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     cuts = _region_cuts(idom, sink, targets, region, src)
     # In program order a layer runs whole: what runs while layer a still runs is a's (a state it
     # hands the next layer from its middle, as ZAYA's router does).
-    after = _downstream(members, cuts, index)
-    return after if runs is None else {n for n in after if runs.next_layer(index[n]) != a}
+    return {n for n in _downstream(members, cuts, index) if runs.next_layer(index[n]) != a}
 
 
 def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
@@ -289,12 +280,10 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
         if n.kind == OP and layer.get(n, PRE) not in (PRE, POST):
             ops.setdefault(layer[n], []).append(n)
     kind = {x: tuple(sorted(op_name(n.target) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
-    _align_heads(nodes, kind, layer, role)
-    if len(ops) < 2:
-        return
-    runs = [layer[n] for n in nodes if role.get(n) == "seed" and layer.get(n, PRE) not in (PRE, POST)]
-    runs = [x for i, x in enumerate(runs) if i == 0 or runs[i - 1] != x]
-    if len(runs) != len(set(runs)):  # a looped stack: its last layer closes each pass
+    openings = _openings(nodes, layer, role)
+    _align_heads(openings, kind, layer, role)
+    passes = [x for x, _ in openings]
+    if len(ops) < 2 or len(passes) != len(set(passes)):  # a looped stack: its last layer closes each pass
         return
     order = sorted(ops)
     last = order[-1]
@@ -315,13 +304,10 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
                 layer[n], role[n] = last, "tail"
 
 
-def _align_heads(nodes: list[Node], kind: dict, layer: dict, role: dict) -> None:
-    """Each run of a layer (a looped stack runs each layer again) opens with its head ops. One
-    longer than its kind's usual opening (the commonest, seen twice at least; in a short stack
-    or a hybrid, the longest other run's opening it ends with) that ends with it gives the model
-    the ops before it."""
-    # A run starts at the first seed of a layer after another layer's seeds; its opening is the
-    # layer's head ops seen since that other layer's last seed.
+def _openings(nodes: list[Node], layer: dict, role: dict) -> list[tuple[int, list[Node]]]:
+    """Each run of a layer, in program order (a looped stack runs each layer again), with the
+    head ops it opens with. A run starts at the first seed of a layer after another layer's
+    seeds; its opening is the layer's head ops seen since that other layer's last seed."""
     openings: list[tuple[int, list[Node]]] = []
     pending: dict[int, list[Node]] = {}
     current = None
@@ -335,6 +321,13 @@ def _align_heads(nodes: list[Node], kind: dict, layer: dict, role: dict) -> None
             openings.append((x, pending.pop(x, [])))
             pending.clear()
             current = x
+    return openings
+
+
+def _align_heads(openings: list[tuple[int, list[Node]]], kind: dict, layer: dict, role: dict) -> None:
+    """A run's opening longer than its kind's usual one (the commonest, seen twice at least; in a
+    short stack or a hybrid, the longest other run's opening it ends with) that ends with it
+    gives the model the ops before it."""
     for i, (x, opening) in enumerate(openings):
         usual = _commonest([tuple(_names(o)) for y, o in openings if kind[y] == kind[x]])
         if usual is None:  # no usual opening yet (a short stack): another run's, of its kind if any

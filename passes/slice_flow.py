@@ -29,6 +29,14 @@ class Runs:
     def __init__(self, positions: list[int], layers: list[int]):
         self.positions, self.layers = positions, layers
 
+    @classmethod
+    def over(cls, nodes: list[Node], layer: dict[Node, int], layers_only: bool = False) -> "Runs":
+        """The runs of the ops placed in ``layer`` (``layers_only``: in a decoder layer, not in
+        the model's anchors before or after the stack)."""
+        placed = [(i, layer[n]) for i, n in enumerate(nodes)
+                  if n in layer and not (layers_only and layer[n] in (PRE, POST))]
+        return cls([i for i, _ in placed], [x for _, x in placed])
+
     def next_layer(self, position: int) -> int | None:
         i = bisect_right(self.positions, position)
         return self.layers[i] if i < len(self.layers) else None

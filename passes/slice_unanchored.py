@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Node
 from layerc.ir.targets import op_name
-from layerc.passes.slice_flow import POST, PRE, Runs, activations
+from layerc.passes.slice_flow import POST, PRE, Runs
 
 
-def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
+def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict, activation: set[Node]) -> None:
     """Ops fed by no layer (computed from placeholders, constants or model-level ops: masks,
     positions, rotary tables) that one layer alone reads join it when they are its own: computed
     from inputs only it reads (its KV cache), or computed inside it, after its first op (a
@@ -15,12 +15,9 @@ def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) -
     none, or computed before the layer began (a mask that only one layer of a short stack uses
     is still the model's)."""
     first: dict[int, int] = {}  # where each layer begins: its first activation
-    last: dict[int, int] = {}
-    activation = activations(nodes)
     for n in nodes:
         if n in layer and layer[n] not in (PRE, POST) and n in activation:
             first.setdefault(layer[n], index[n])
-            last[layer[n]] = index[n]
     # A placeholder read by several layers (positions, masks' inputs) makes what is computed from
     # it shared; one read by a single layer (its KV cache) does not.
     readers: dict[Node, set[int]] = {}
@@ -56,8 +53,7 @@ def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) -
         own_inputs = bool(srcs) and all(readers[p] == found for p in srcs)
         if own_inputs or index[n] > first.get(d, len(nodes)):
             layer[n], role[n] = d, "core"
-    placed = [index[n] for n in nodes if n in layer and layer[n] not in (PRE, POST)]
-    runs = Runs(placed, [layer[nodes[i]] for i in placed])
+    runs = Runs.over(nodes, layer, layers_only=True)
     for n in nodes:
         if n.kind == OP and n not in layer and not is_batch_level(n):
             d = _chain_link(n, layer, runs, index)
@@ -65,7 +61,7 @@ def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict) -
                 layer[n], role[n] = d, "core"
 
 
-def _chain_link(n: Node, layer: dict, runs: "Runs", index: dict) -> int | None:
+def _chain_link(n: Node, layer: dict, runs: Runs, index: dict) -> int | None:
     """The layer of an op that one layer reads and the next copies on (each layer casts the
     rotary table it was handed, and hands on its cast): computed while that layer runs and read
     there, its other readers the same op on it, in another layer's run."""

@@ -105,9 +105,9 @@ def slice_graph(graph: Graph) -> None:
                 returned.add(n)
                 layer[n], role[n] = POST, "outside"
     assign_boundaries(nodes, regions, layer, role, index)
-    assign_prologues(nodes, A, layer, role, index)
+    assign_prologues(nodes, A, layer, role, index, live)
     align_ends(nodes, layer, role, index)
-    assign_unanchored(nodes, layer, role, index)
+    assign_unanchored(nodes, layer, role, index, live)
     for n in nodes:  # a getitem goes with the tuple it reads (one output of a piece, of a topk)
         if n.kind == OP and op_name(n.target) == "getitem":
             src = n.args[0] if n.args else None
