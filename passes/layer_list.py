@@ -61,13 +61,14 @@ def find_layer_list(names: Iterable[str]) -> LayerList | None:
     best = ranked[0]
     # Twin stacks (HRM's H and L modules): the same entries holding the same weights. Their
     # layers are numbered together, as each stack numbers its own.
-    twins = [p for p in ranked[1:] if set(entries[p]) == set(entries[best]) and _blocks(members[p], p) == _blocks(members[best], best)]
+    twins = [p for p in ranked[1:] if set(entries[p]) == set(entries[best]) and _blocks(members[p]) == _blocks(members[best])]
     layer_of = dict(members[best])
     for p in twins:
         layer_of.update(members[p])
     return LayerList("+".join([best, *twins]), layer_of, tuple(p for p in ranked[1:] if p not in twins))
 
 
-def _blocks(members: dict[str, int], path: str) -> frozenset[str]:
-    """What one entry of a list holds: the weight names after ``path_N_``, all entries together."""
-    return frozenset(name[len(path) + 2 + len(str(n)):] for name, n in members.items())
+def _blocks(members: dict[str, int]) -> frozenset[str]:
+    """What one entry of a list holds: the weight names after their entry number, all entries
+    together."""
+    return frozenset(name[_FIRST_NUMBER.search(name).end():] for name in members)

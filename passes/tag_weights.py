@@ -82,6 +82,11 @@ def _structural_name(weight: Weight) -> str:
     return weight.name
 
 
+def _tag(weight: Weight, layer: int | None) -> None:
+    weight.meta["layer"] = layer
+    weight.meta["layer_source"] = "name" if layer is not None else None
+
+
 def _tag_by_structure(graph: Graph, ctx: Context) -> bool:
     """Tag ``graph``'s weights by the repeated module list; False where it has none."""
     names = {w: _structural_name(w) for w in graph.weights.values()}
@@ -89,9 +94,7 @@ def _tag_by_structure(graph: Graph, ctx: Context) -> bool:
     if found is None:
         return False
     for w, name in names.items():
-        layer = found.layer_of.get(name)
-        w.meta["layer"] = layer
-        w.meta["layer_source"] = "name" if layer is not None else None
+        _tag(w, found.layer_of.get(name))
     graph.meta["layer_list"] = found.path
     if found.others:
         ctx.warn(f"tag-weights: graph '{graph.name}': decoder layers taken from '{found.path}' "
@@ -149,9 +152,7 @@ class TagWeights(ModulePass):
                     if not self.pattern and _tag_by_structure(graph, ctx):
                         continue
                     for weight in graph.weights.values():
-                        layer = weight_layer(weight, pattern, dotted)
-                        weight.meta["layer"] = layer
-                        weight.meta["layer_source"] = "name" if layer is not None else None
+                        _tag(weight, weight_layer(weight, pattern, dotted))
         except _Overtime:
             where = f" (at weight '{_clip(weight.name)}')" if weight is not None else ""
             raise LayercError(f"tag-weights: pattern: matching the weight names took more than {MATCH_SECONDS:g} s"
