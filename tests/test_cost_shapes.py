@@ -118,6 +118,17 @@ def _retype(att, q, k, out):
         value.type = TensorType(tuple(dims), value.type.dtype)
 
 
+def _costed_attention(dumps, shapes, hide: bool = False):
+    """The llama dump's attention retyped to ``shapes`` (q, k, out), costed: (module, op, context)."""
+    module, att = _llama_attention(dumps)
+    _retype(att, *shapes)
+    if hide:
+        _hide_sequences(att)
+    ctx = Context()
+    CostModel(kv_len=KV_LEN).apply(ctx, module)
+    return module, att, ctx
+
+
 def _hide_sequences(att):
     """Rename the batch metadata so that no input says how many sequences there are."""
     for a in att.args[3:]:
@@ -138,10 +149,7 @@ PAGED_LAYOUTS = {
 
 @pytest.mark.parametrize("layout", PAGED_LAYOUTS)
 def test_paged_attention_layouts_cost_the_same(dumps, layout):
-    module, att = _llama_attention(dumps)
-    _retype(att, *PAGED_LAYOUTS[layout])
-    ctx = Context()
-    CostModel(kv_len=KV_LEN).apply(ctx, module)
+    module, att, ctx = _costed_attention(dumps, PAGED_LAYOUTS[layout])
     c = att.meta["cost"]
     keys = KV_LEN + 1
     assert c.known and c.bound in ("compute", "memory")
@@ -163,10 +171,7 @@ UNREADABLE = {
 
 @pytest.mark.parametrize("case", UNREADABLE)
 def test_unreadable_attention_shapes_are_an_unknown_cost_with_a_warning(dumps, case):
-    module, att = _llama_attention(dumps)
-    _retype(att, *UNREADABLE[case])
-    ctx = Context()
-    CostModel(kv_len=KV_LEN).apply(ctx, module)
+    module, att, ctx = _costed_attention(dumps, UNREADABLE[case])
     _assert_unknown(module, att, ctx)
 
 
@@ -174,11 +179,7 @@ def test_unreadable_attention_shapes_are_an_unknown_cost_with_a_warning(dumps, c
 def test_tokens_without_sequence_metadata_are_unknown_not_guessed(dumps, layout):
     """T flattened tokens could be one sequence or T of them: without the batch's metadata the
     cost is unknown rather than a guess."""
-    module, att = _llama_attention(dumps)
-    _retype(att, *PAGED_LAYOUTS[layout])
-    _hide_sequences(att)
-    ctx = Context()
-    CostModel(kv_len=KV_LEN).apply(ctx, module)
+    module, att, ctx = _costed_attention(dumps, PAGED_LAYOUTS[layout], hide=True)
     _assert_unknown(module, att, ctx)
     assert "sequences" in next(w for w in ctx.warnings if "unknown" in w)
 
