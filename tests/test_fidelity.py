@@ -130,3 +130,13 @@ def test_decoder_architectures(hf):
         assert left_out[arch] == why
     assert left_out["bert"] == "an encoder (masked LM) with a causal-LM head"
     assert left_out["whisper"] == "an encoder-decoder"
+
+
+def test_keep_must_be_a_directory(tmp_path):
+    """Checked before any export: a file where the directory should be is an error, left as it is."""
+    from layerc_cli import run_layerc
+
+    blocker = tmp_path / "exports"
+    blocker.write_text("not a directory\n")
+    rc, _, err = run_layerc("fidelity", "--keep", blocker)
+    assert rc == 1 and err.startswith(f"{blocker}: error: ") and blocker.read_text() == "not a directory\n"

@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from layerc.backends.outputs import write_atomic
+from layerc.backends.outputs import output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
-from layerc.tools.args import output_path, whole_number
+from layerc.tools.args import output_directory, output_path, whole_number
 
 #: a child's limits: an export of a tiny model takes seconds and a few hundred MB
 CHILD_SECONDS, CHILD_MEMORY = 600, 8 << 30
@@ -266,7 +266,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=output_path, help="write every record as JSON")
     p.add_argument("--table", type=output_path, help="write the Markdown table")
     p.add_argument("--readme", type=output_path, help="put the table in this Markdown file, between its fidelity markers")
-    p.add_argument("--keep", metavar="DIR", help="keep each export in DIR/ARCH-LAYERS and reuse one already there")
+    p.add_argument("--keep", type=output_directory, metavar="DIR", help="keep each export in DIR/ARCH-LAYERS and reuse one already there")
     p.add_argument("--child", help=argparse.SUPPRESS)
 
 
@@ -276,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.readme:  # before the long run, not after it: a README without the markers stops here
         spliced(_read_readme(args.readme), "")
+    if args.keep:  # likewise: a file where the directory should be stops here
+        output_dir(args.keep)
     archs, left_out = decoder_architectures()
     if args.arch:
         archs, left_out = [a for a in archs if a in args.arch], {a: w for a, w in left_out.items() if a in args.arch}
