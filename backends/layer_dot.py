@@ -21,6 +21,7 @@ labels (``<...>``) through untouched.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from collections import defaultdict
@@ -394,9 +395,32 @@ def _node_label(n: dict) -> str:
     rows.append(f'<FONT POINT-SIZE="9">{out}</FONT>')
     for k in n.get("trace_kernels") or []:
         if isinstance(k, dict) and not k.get("cpu_only"):  # a host-only op ran no kernel
-            line = f'⚡ {_esc(k.get("kernel", "?"))} ({_fmt_us(k.get("duration_us"))})'
+            line = f'⚡ {_esc(kernel_label(k))} ({_fmt_us(k.get("duration_us"))})'
             rows.append(f'<FONT POINT-SIZE="9" COLOR="blue">{line}</FONT>')
     return _table(rows)
+
+
+#: the longest kernel label a node shows; the full name is in the JSON and the SVG tooltip
+KERNEL_LABEL = 48
+
+
+def kernel_label(k: dict) -> str:
+    """A kernel's label in a picture: its family (the tables' short name) when that is short; a
+    long name (an unclassified C++ template, a hipBLASLt ``Cijk_...`` solution) is cut to its
+    head, with a few characters of the full name's hash so that two kernels cut alike stay apart.
+    """
+    name = str(k.get("kernel") or "?")
+    if len(name) <= KERNEL_LABEL:
+        return name
+    digest = hashlib.blake2s(str(k.get("full_name") or name).encode(), digest_size=2).hexdigest()
+    return f"{name[: KERNEL_LABEL - 6]}…{digest}"
+
+
+def _kernels_tooltip(n: dict) -> str:
+    """The full names of a node's kernels, one per line (what the labels shorten)."""
+    names = [str(k.get("full_name") or k.get("kernel") or "?") for k in n.get("trace_kernels") or []
+             if isinstance(k, dict) and not k.get("cpu_only")]
+    return "".join(f"\nkernel {x}" for x in names)
 
 
 def _table(rows: list[str]) -> str:
@@ -641,7 +665,8 @@ def to_dot(doc: dict) -> pydot.Dot:
 
     for n in nodes:
         name, fill, kind = style(n.get("op", ""))
-        attrs = {"label": _node_label(n), "fillcolor": fill, "tooltip": _plain(f"{n['id']}\n{n.get('op', '')}")}
+        attrs = {"label": _node_label(n), "fillcolor": fill,
+                 "tooltip": _plain(f"{n['id']}\n{n.get('op', '')}{_kernels_tooltip(n)}")}
         if kind == "aux":
             attrs["style"] = "rounded,filled,dashed"
         if n.get("trace_kernels"):

@@ -73,8 +73,13 @@ class BindKernels(ModulePass):
     replay: int = -1
     match: str = "auto"
     table: str = ""
+    strategy: str = "auto"
 
     def __post_init__(self) -> None:
+        from layerc.passes.layer_strategies import STRATEGIES
+
+        if self.strategy not in STRATEGIES:
+            raise LayercError(f"bind-kernels: strategy must be one of {', '.join(STRATEGIES)}, not '{self.strategy}'")
         if self.phase not in PHASES:
             raise LayercError(f"bind-kernels: phase must be one of {', '.join(PHASES)}, not '{self.phase}'")
         if self.match not in MATCHES:
@@ -87,7 +92,7 @@ class BindKernels(ModulePass):
         match = self.match if self.match != "auto" else guess_match(graph, trace)
         table = signature_table(self.table or None)
         if match == "kernels":
-            result = bind_trace_kernels(graph, trace, layer, self.phase, self.replay, table)
+            result = bind_trace_kernels(graph, trace, layer, self.phase, self.replay, table, self.strategy)
         else:
             result = bind_profile_ops(graph, trace, layer)
         result.write(graph)
@@ -146,7 +151,8 @@ def _us(ns) -> float:
 
 
 # -- kernels of a GPU trace --------------------------------------------------------------------------
-def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | None = None) -> tuple[list[np.ndarray], dict]:
+def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | None = None,
+                strategy: str = "auto") -> tuple[list[np.ndarray], dict]:
     """The kernels of one replay (decode) or one eager pass (prefill), split into decoder layers
     by ``detect-layers`` (start order; ``cls``: the trace's classification, when made already),
     and how they were chosen."""
@@ -156,7 +162,7 @@ def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | Non
     k = trace.kernels
     if not len(k):
         raise LayercError("the trace has no kernels to bind", trace.source)
-    layers = detect_layers(trace, cls=cls)
+    layers = detect_layers(trace, strategy, cls=cls)
     if phase == "auto":
         phase = "decode" if trace.replays() else "prefill"
     if phase == "decode":
@@ -169,9 +175,11 @@ def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | Non
         if not eager:
             raise LayercError(f"no eager (prefill) pass in {trace.source}: all {len(k)} kernels ran in CUDA-graph replays; "
                               "try --phase decode", trace.source)
-        eager = [idx for idx in eager if (layers.layer[idx] >= 0).any()]
-        if not eager:
+        layered = [idx for idx in eager if (layers.layer[idx] >= 0).any()]
+        if not layered and layers.strategy != "none":
             raise LayercError(f"no eager (prefill) pass in {trace.source} has decoder layers; try --phase decode", trace.source)
+        # no layer structure anywhere (a foreign trace): each pass is aligned whole, and the fit says how poorly
+        eager = layered or eager
         if replay < 0:
             replay = first_complete(eager, layers)
         if not 0 <= replay < len(eager):
@@ -315,13 +323,13 @@ def with_model_ops(full: Graph | None, ops: list[Node], table: SignatureTable) -
 
 
 def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str, replay: int,
-                       table: SignatureTable) -> Binding:
+                       table: SignatureTable, strategy: str = "auto") -> Binding:
     """Bind the kernels of the layer's pass to the layer's ops. When ``detect-layers`` cuts the pass
     into as many layers as the graph has, the layer's own kernels are aligned with the layer's ops;
     otherwise (hybrid models whose blocks do not repeat) the whole graph is aligned with the whole
     pass and the layer keeps what its ops got."""
     aligner = _KernelAligner(trace, table)
-    split, how = pass_layers(trace, phase, replay, aligner.cls)
+    split, how = pass_layers(trace, phase, replay, aligner.cls, strategy)
     k = trace.kernels
     ops = [n for n in graph.nodes if n.kind == OP and not table.is_view(op_name(n.target or ""))]
     full = graph.meta.get("sliced_from")

@@ -82,13 +82,14 @@ def pick_replay(trace: Trace, graph: int | None = None, replay: int = 0) -> Repl
     return Replay(graph, idx, len(runs), unique, "launch correlation")
 
 
-def layers_of(trace: Trace, kernels: np.ndarray, layer: np.ndarray | None = None) -> list[np.ndarray]:
-    """Kernels (in start order) split by decoder layer, as ``detect_layers`` finds them (pass its
-    ``layer`` column when splitting many replays); kernels before the first layer join it."""
+def layers_of(trace: Trace, kernels: np.ndarray, layer: np.ndarray | None = None, strategy: str = "auto") -> list[np.ndarray]:
+    """Kernels (in start order) split by decoder layer, as ``detect_layers`` finds them by
+    ``strategy`` (pass its ``layer`` column when splitting many replays); kernels before the
+    first layer join it."""
     if layer is None:
         from layerc.passes.trace_layers import detect_layers
 
-        layer = detect_layers(trace).layer
+        layer = detect_layers(trace, strategy).layer
     own = layer[kernels]
     ids = np.unique(own[own >= 0])
     if not len(ids):

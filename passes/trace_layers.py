@@ -2,9 +2,10 @@
 
 Strategies, best first:
 
-1. **ground truth**: ``nn.Module: *DecoderLayer_N`` / ``*Block_N`` spans (PyTorch traces with
-   modules) or NVTX ranges naming ``layers.N``; a kernel is in the span that holds its launch.
-   A forward pass ends where the layer numbers start again.
+1. **ground truth**: the module tree (``module_tree``): instances of the outermost repeated
+   module class, from ``nn.Module`` spans or ranges named by a module path, one stack per parent;
+   a kernel is in the span that holds its launch. A forward pass ends where the layer numbers
+   start again.
 2. **boundary**: the seed's rule generalized: a layer starts at a layer-start norm (a table flag)
    that follows an all-reduce (or at any layer-start norm when the trace has no all-reduce).
    Post-attention norms are layer-start kernels too, so this finds half layers; ``merge`` joins
@@ -15,8 +16,11 @@ Strategies, best first:
    kernel recurs starts a layer. No pattern table is needed for the period, and layers of other
    lengths (dense layers before MoE layers) are found too.
 
-Kernels are cut into passes first (each CUDA-graph replay, each run of eager kernels) and motif
-runs split a pass again where the layers stop repeating (one forward pass ends, another begins).
+Kernels are cut into passes first (``trace_segments``: forward steps, piecewise pieces joined,
+training steps and launching threads apart) and motif runs split a pass again where the layers
+stop repeating (one forward pass ends, another begins); a stretch outside the motif's layers
+that repeats a motif of its own is another stack. Layers that do not look like layers are
+dropped, and the result carries its evidence and confidence (``layer_evidence``).
 ``auto`` takes the spans in the forward passes they cover and motif (or boundary) layers in the
 others: profilers record module spans around eager passes, and a graph replay runs without them.
 Without ``merge`` every strategy's layers are cut into their attention and FFN halves.
@@ -34,9 +38,10 @@ import numpy as np
 
 from layerc.ir.trace import Kernels, Trace
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
+from layerc.passes import layer_evidence as evidence
+from layerc.passes.module_tree import Spans, span_layers
+from layerc.passes.trace_segments import kernel_steps, passes
 
-_LAYER_SPAN = re.compile(r"^nn\.Module: \w*?(DecoderLayer|Block|Layer)_(\d+)$")
-_NVTX_LAYER = re.compile(r"(?:^|[.\s/])(?:layers|h|blocks)[.\[_](\d+)(?:[.\]\s]|$)")
 ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
 #: types a kernel may have without belonging to the layer's own sequence: fills, copies, kernels no table knows
 WEAK = np.zeros(len(TYPES), bool)
@@ -53,7 +58,8 @@ HEAVY = np.zeros(len(TYPES), bool)
 HEAVY[[ATTENTION, MOE, LINEAR, COMMUNICATION]] = True
 _BINARY_ADD = re.compile(r"(?i)(?<!OnSelf_)add")  #: ``OnSelf`` adds are tensor-scalar (the norm's eps)
 ACTIVATION = re.compile(r"(?i)act_and_mul|silu|gelu|swiglu|relu")
-STRATEGIES = ("auto", "ground-truth", "boundary", "motif")
+from layerc.passes.layer_strategies import STRATEGIES  # noqa: E402  (one place for the names)
+CONFIDENT = evidence.CONFIDENT
 
 
 @dataclass
@@ -65,113 +71,23 @@ class LayerResult:
     period: int | None = None  #: kernels per layer (motif)
     layers_per_pass: list[int] = field(default_factory=list)
     partial: list[bool] = field(default_factory=list)  #: per pass: fewer layers than the complete passes (cut by the profile)
+    stack: np.ndarray | None = None  #: per kernel: which of ``stacks`` its layer is in, or -1
+    stacks: list[dict] = field(default_factory=list)  #: class, parent, layers (per pass that runs it), offset
+    steps: list[int] = field(default_factory=list)  #: per pass: its training step (``ProfilerStep#N``), or -1
+    evidence: dict = field(default_factory=dict)  #: what the decision rests on
+    warnings: list[str] = field(default_factory=list)
 
 
-def passes(trace: Trace) -> np.ndarray:
-    """Per kernel, its pass: each graph replay is one; eager kernels between two replays are one
-    (they may run interleaved with a replay on other streams without splitting it); on each GPU
-    apart."""
-    k = trace.kernels
-    out = np.full(len(k), -1, np.int64)
-    replays = sorted(trace.replays().values(), key=lambda idx: k.start[idx].min())
-    starts = np.array([k.start[idx].min() for idx in replays], np.int64)
-    for n, idx in enumerate(replays):
-        out[idx] = 2 * n + 1
-    eager = out < 0
-    out[eager] = 2 * np.searchsorted(starts, k.start[eager], side="right")
-    # each GPU runs its own copy of the model (tensor parallel ranks in one trace)
-    devices, device = np.unique(k.device, return_inverse=True)
-    _, dense = np.unique(out * len(devices) + device.reshape(-1), return_inverse=True)
-    return dense.reshape(-1)
-
-
-def from_spans(trace: Trace) -> np.ndarray | None:
-    """Layer of each kernel from nn.Module or NVTX layer spans, or None when there are none."""
-    found = span_layers(trace)
+def from_spans(trace: Trace, cls: Classification | None = None) -> np.ndarray | None:
+    """Layer of each kernel from the module spans (``module_tree``), or None when they name none."""
+    found = span_layers(trace, heavy_kernels(trace, cls))
     return None if found is None else found.layer
 
 
-@dataclass(frozen=True)
-class Spans:
-    """Per kernel, what the layer spans say (-1 where no span holds its launch)."""
-
-    layer: np.ndarray  #: the layer number the span names
-    span: np.ndarray  #: which span (a forward pass opens a new span per layer)
-    when: np.ndarray  #: launch time (host order: layer numbers only rise within a forward pass)
-
-
-def span_layers(trace: Trace) -> Spans | None:
-    """Each kernel's layer span, by its launch: nn.Module spans, else NVTX ranges; None when the
-    trace has neither."""
-    k = trace.kernels
-    spans = []
-    for tbl, rx, group in ((trace.modules, _LAYER_SPAN, 2), (trace.annotations, _NVTX_LAYER, 1)):
-        classes = []
-        for i in range(len(tbl)):
-            name = trace.strings[int(tbl.name[i])] or ""
-            m = rx.search(name)
-            if m:
-                spans.append((int(tbl.start[i]), int(tbl.end[i]), int(tbl.tid[i]), int(m.group(group))))
-                classes.append(name[: m.start(group)] if tbl is trace.modules else "")
-        if spans:
-            spans = _outermost(spans, classes)
-            break
-    if not spans:
-        return None
-    launch = trace.kernel_launch()
-    have = launch >= 0
-    when, tid = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
-    when[have], tid[have] = trace.launches.start[launch[have]], trace.launches.tid[launch[have]]
-    layer, span = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
-    table = np.array(spans, np.int64).reshape(-1, 4)
-    for t in np.unique(table[:, 2]).tolist():
-        # per thread, the latest-starting span that still holds the launch (layer spans of one
-        # thread do not overlap, so that is the innermost)
-        rows = np.nonzero(table[:, 2] == t)[0]
-        rows = rows[np.argsort(table[rows, 0], kind="stable")]
-        own = table[rows]
-        sel = np.nonzero(have & ((tid == t) | (t < 0)))[0]
-        j = np.searchsorted(own[:, 0], when[sel], side="right") - 1
-        ok = (j >= 0) & (when[sel] <= own[np.maximum(j, 0), 1])
-        layer[sel[ok]] = own[j[ok], 3]
-        span[sel[ok]] = rows[j[ok]]
-    return Spans(layer, span, when)
-
-
-#: The most module classes compared for nesting (a model has a handful that end in Block or Layer).
-MAX_CLASSES = 64
-
-
-def _outermost(spans: list[tuple], classes: list[str]) -> list[tuple]:
-    """The spans of the outermost layer classes: a class whose spans lie inside another class's
-    (vLLM's gpt-oss MLPBlock inside its TransformerBlock) is part of a layer, never one; counting
-    it too would split every layer in two."""
-    by_class: dict[str, list[int]] = {}
-    for i, c in enumerate(classes):
-        by_class.setdefault(c, []).append(i)
-    if len(by_class) < 2:
-        return spans
-    names = sorted(by_class, key=lambda c: -len(by_class[c]))[:MAX_CLASSES]
-    table = np.array(spans, np.int64).reshape(-1, 4)
-    inner = set()
-    for c in names:
-        mine = table[by_class[c]]
-        for d in names:
-            if d == c or d in inner:
-                continue
-            outer = table[by_class[d]]
-            inside = np.zeros(len(mine), bool)
-            for t in np.unique(mine[:, 2]).tolist():
-                o = outer[outer[:, 2] == t]
-                o = o[np.argsort(o[:, 0], kind="stable")]
-                m = np.nonzero(mine[:, 2] == t)[0]
-                j = np.searchsorted(o[:, 0], mine[m, 0], side="right") - 1
-                ok = j >= 0
-                inside[m[ok]] = mine[m[ok], 1] <= o[j[ok], 1]
-            if inside.mean() > 0.5:
-                inner.add(c)
-                break
-    return [s for s, c in zip(spans, classes) if c not in inner]
+def heavy_kernels(trace: Trace, cls: Classification | None = None) -> np.ndarray:
+    """Per kernel: a GEMM, attention or MoE kernel (what a layer is made of)."""
+    cls = cls if cls is not None else kernel_table().classify(trace)
+    return np.isin(cls.type, [ATTENTION, MOE, LINEAR])
 
 
 def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
@@ -636,18 +552,43 @@ def detect_layers(
     profile often has module spans around eager passes only, none in graph replays)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    pass_of = passes(trace)
-    spans = span_layers(trace) if strategy in ("auto", "ground-truth") else None
+    columns = _Columns.of(trace, cls)
+    kind = columns.cls.type
+    pass_of = passes(trace, kind)
+    spans = span_layers(trace, np.isin(kind, [ATTENTION, MOE, LINEAR])) if strategy in ("auto", "ground-truth") else None
     if strategy == "ground-truth":
         if spans is None:
             raise ValueError("the trace has no nn.Module or NVTX layer spans")
         share = float((spans.layer >= 0).mean())
         if share < 0.25:  # spans around a few layers do not decide
             raise ValueError(f"the nn.Module or NVTX layer spans hold {100 * share:.1f}% of the kernels; ground truth needs 25%")
-        return mark_partial(_with_spans(trace, spans, pass_of, None, None if merge else _Columns.of(trace, cls)))
-    columns = _Columns.of(trace, cls)
+        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, kind)
     found = _by_kernels(columns, pass_of, strategy, merge)
-    return mark_partial(found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns))
+    return _finish(trace, found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns), spans, kind)
+
+
+def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray) -> LayerResult:
+    """The layers as reported: kernel-found layers kept only where they look like layers (no
+    layer structure is an answer), the stacks, the steps, the evidence and the warnings."""
+    k = trace.kernels
+    n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
+    spanned = evidence.spanned_passes(r.pass_of, n, spans.layer if spans is not None and r.strategy.startswith("ground-truth") else None)
+    dropped = evidence.drop_unlayered(r.layer, r.pass_of, n, kind, spanned)
+    r.layers_per_pass = per_pass_counts(r.layer, r.pass_of)
+    r.confidence = evidence.confidence(r.layer, r.pass_of, n, kind, k.name, k.start, k.end, spanned)
+    r.evidence = {"module_spans": bool(spanned.any()), "period": r.period, "passes_without_layer_structure": dropped}
+    if not (r.layer >= 0).any():
+        r.strategy, r.confidence, r.period = "none", 0.0, None
+        r.warnings.append("no layer structure found: no kernel sequence repeats as transformer layers do "
+                          "(GEMM, attention or MoE kernels in each repeat), so no layers are reported")
+    elif r.confidence < evidence.CONFIDENT:
+        r.warnings.append(f"the layers were found with low confidence ({r.confidence:.2f} < {evidence.CONFIDENT}): "
+                          "check them with --strategy, --num-layers or module spans (with_modules=True)")
+    r.stack, r.stacks = evidence.stacks(r.layer, r.pass_of, r.stack, spanned, spans)
+    step = kernel_steps(trace)
+    _, first = np.unique(r.pass_of, return_index=True)
+    r.steps = step[first].tolist() if len(first) == n else [-1] * n
+    return mark_partial(r)
 
 
 def mark_partial(r: LayerResult) -> LayerResult:
@@ -679,18 +620,22 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
     """Layers of every pass by the motif or the boundary strategy; motif runs number the passes."""
     k = columns.kernels
     layer, pass_s, scores, periods = np.full(len(k), -1, np.int64), np.zeros(len(k), np.int64), [], []
+    stack = np.full(len(k), -1, np.int64)
+    signatures: list[set[int]] = []  # each stack's kernel names, to know it again in another pass
     base = 0
     for idx in by_pass(pass_of, k.start):
         p = columns.at(idx)
         if name == "motif":
-            got, run, period, score = motif_layers(p, eager=not columns.replayed[idx].any())
+            eager = not columns.replayed[idx].any()
+            got, run, period, score = motif_layers(p, eager=eager)
             if period:
                 scores.append(score * len(idx))
                 periods.append(period)
+            got, run, local = _more_stacks(p, got, run, eager)
+            stack[idx] = _same_stacks(local, p.token, signatures)
         else:
-            got, run = boundary_layers(p), np.zeros(len(idx), np.int64)
-            whole = merge_half_layers(got, p.kind)
-            scores.append(_regularity(p.token, whole) * len(idx))  # kept halves do not change the choice
+            got, run, whole = _boundary_runs(p, eager=not columns.replayed[idx].any())
+            scores.append(_regularity(p.token, whole, run) * len(idx))  # kept halves do not change the choice
             got = whole if merge else got
         if columns.replayed[idx].all() and (got >= 0).any():
             # a replay is one forward pass: its tail (final norm, lm_head) goes with the last layer
@@ -703,7 +648,87 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
         base += int(run.max()) + 1 if len(run) else 1
     confidence = float(sum(scores) / max(len(k), 1)) * float((layer >= 0).mean() if len(k) else 0)
     period = Counter(periods).most_common(1)[0][0] if periods else None
-    return LayerResult(layer, pass_s, name, confidence, period, per_pass_counts(layer, pass_s))
+    found = LayerResult(layer, pass_s, name, confidence, period, per_pass_counts(layer, pass_s))
+    found.stack = np.where(layer >= 0, np.maximum(stack, 0), -1)
+    return found
+
+
+def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]]) -> np.ndarray:
+    """The trace-wide stack of each kernel, from its pass's own stack numbers: a stack is the one
+    seen before whose kernel names it mostly shares (a decode pass runs the language model's
+    stack only, a prefill pass the vision tower's first), else a new one."""
+    out = np.full(len(local), -1, np.int64)
+    for s in np.unique(local[local >= 0]).tolist():
+        names = set(np.unique(token[local == s]).tolist())
+        match = [len(names & seen) / len(names | seen) for seen in signatures]
+        best = int(np.argmax(match)) if match else -1
+        if best < 0 or match[best] < 0.5:
+            signatures.append(names)
+            best = len(signatures) - 1
+        out[local == s] = best
+    return out
+
+
+#: a stretch outside the found layers this long (kernels) may hold a stack of its own
+OTHER_STACK = 12
+
+
+def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Layers of the other stacks of a pass: a stretch of kernels outside the motif's layers that
+    repeats a motif of its own (a vision tower before the language model's layers, an encoder
+    before a decoder) is a stack too. Returns the layers, numbered in order within each run, the
+    runs (a forward pass the other motif begins is a run too), and per kernel its stack (0: the
+    first motif's)."""
+    stack = np.where(got >= 0, 0, -1)
+    opens = np.r_[False, run[1:] != run[:-1]]
+    free = np.r_[False, got < 0, False].astype(np.int8)
+    edges = np.diff(free)
+    begins, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
+    extra = 0
+    for a, b in zip(begins.tolist(), ends.tolist()):
+        if b - a < OTHER_STACK:
+            continue
+        keep = np.zeros(len(got), bool)
+        keep[a:b] = True
+        inner, inner_run, period, _ = motif_layers(p.take(keep), eager=eager)
+        ids = np.unique(inner[inner >= 0])
+        kinds = p.kind[a:b][inner >= 0]
+        if len(ids) < 2 or not ((kinds == ATTENTION).sum() >= len(ids) or (kinds == MOE).sum() >= len(ids)):
+            continue
+        extra += 1
+        got[a:b] = np.where(inner >= 0, (1 << 20) * extra + inner, -1)
+        stack[a:b] = np.where(inner >= 0, extra, -1)
+        opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
+    if not extra:
+        return got, run, stack
+    run = np.cumsum(opens)
+    out = np.full(len(got), -1, np.int64)
+    for r in np.unique(run).tolist():  # number the layers of each run in the order they run
+        sel = np.nonzero((run == r) & (got >= 0))[0]
+        if len(sel):
+            key = stack[sel] * (1 << 21) + got[sel] % (1 << 20)
+            _, first = np.unique(key, return_index=True)
+            order = np.argsort(sel[first], kind="stable")
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order))
+            out[sel] = rank[np.searchsorted(np.unique(key), key)]
+    return out, run, stack
+
+
+def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boundary half layers of one pass, its runs (an eager pass may hold several forward passes,
+    cut at the idle gaps between them) and the merged layers."""
+    run = np.zeros(len(p.token), np.int64)
+    if eager:
+        run[_idle_breaks(p)] = 1
+        run = np.cumsum(run)
+    halves, whole = np.full(len(run), -1, np.int64), np.full(len(run), -1, np.int64)
+    for r in np.unique(run).tolist():
+        sel = np.nonzero(run == r)[0]
+        piece = p.take(run == r)
+        halves[sel] = boundary_layers(piece)
+        whole[sel] = merge_half_layers(halves[sel], piece.kind)
+    return halves, run, whole
 
 
 def _split_each_run(layer: np.ndarray, run: np.ndarray, columns: _Columns, idx: np.ndarray) -> np.ndarray:
@@ -744,7 +769,9 @@ def _with_spans(trace: Trace, spans: Spans, pass_of: np.ndarray, found: LayerRes
         strategy, period = "ground-truth", None
     else:
         strategy, period = "+".join(s for s in ("ground-truth", found.strategy) if s in used), found.period
-    return LayerResult(layer, pass_s, strategy, weight / max(len(k), 1), period, per_pass_counts(layer, pass_s))
+    out = LayerResult(layer, pass_s, strategy, weight / max(len(k), 1), period, per_pass_counts(layer, pass_s))
+    out.stack = found.stack if found is not None else None
+    return out
 
 
 def _blocks(pieces: list[np.ndarray], covered: list[bool], pass_of: np.ndarray) -> list[tuple[np.ndarray, bool]]:
@@ -785,13 +812,15 @@ def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern) -> np.ndarray
     return hit[inverse.reshape(-1)] if len(ids) else np.zeros(0, bool)
 
 
-def _regularity(token: np.ndarray, layer: np.ndarray) -> float:
+def _regularity(token: np.ndarray, layer: np.ndarray, run: np.ndarray | None = None) -> float:
     """Share of layers whose kernel sequence is the most common one (1.0: all alike); 0 for a
-    single layer, which shows no repeat (a whole pass taken for one layer is no finding)."""
-    ids = [i for i in np.unique(layer).tolist() if i >= 0]
+    single layer, which shows no repeat (a whole pass taken for one layer is no finding).
+    ``run``: the forward pass of each kernel, where layer numbers restart."""
+    key = layer if run is None else np.where(layer >= 0, run * (int(layer.max()) + 1) + layer, -1)
+    ids = [i for i in np.unique(key).tolist() if i >= 0]
     if len(ids) < 2:
         return 0.0
-    seqs = Counter(tuple(token[layer == i].tolist()) for i in ids)
+    seqs = Counter(tuple(token[key == i].tolist()) for i in ids)
     return seqs.most_common(1)[0][1] / len(ids)
 
 

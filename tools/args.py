@@ -52,6 +52,13 @@ def _quote(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
+def strategy_option(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--strategy``: the same layer detection, with the same choices, in every command."""
+    from layerc.passes.layer_strategies import HELP, STRATEGIES
+
+    p.add_argument("--strategy", choices=STRATEGIES, default="auto", help=f"{what}{HELP}")
+
+
 positive_int = whole_number(1)
 natural_int = whole_number(0)
 

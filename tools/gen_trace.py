@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from layerc.backends.outputs import companion, output_dir, write_atomic
@@ -57,18 +58,51 @@ TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", 
 
 
 @dataclass(frozen=True)
+class Tree:
+    """The module classes a forward pass nests (``nn.Module: <class>_<instance>`` spans)."""
+
+    top: str
+    model: str
+    layer: str
+    attention: str
+    mlp: str
+    norm: str = "RMSNorm"
+    linear: str = "Linear"
+
+
+@dataclass(frozen=True)
 class Model:
     layers: int
     cls: str  # DecoderLayer class prefix
     tps: tuple[int, ...]
+    tree: Tree
+    vision: int = 0  #: layers of a vision tower run before the text stack in prefill passes (two stacks)
+    vision_tree: Tree | None = None
+
+
+def _hf(cls: str, norm: str = "RMSNorm") -> Tree:
+    return Tree(f"{cls}ForCausalLM", f"{cls}Model", f"{cls}DecoderLayer", f"{cls}Attention", f"{cls}MLP", f"{cls}{norm}")
 
 
 MODELS = {
-    "deepseek_v3": Model(61, "DeepseekV3", (1, 8)),
-    "grok2": Model(64, "Grok1", (1, 8)),
-    "llama": Model(32, "Llama", (1, 4)),
-    "qwen3": Model(36, "Qwen3", (1, 4)),
+    "deepseek_v3": Model(61, "DeepseekV3", (1, 8), Tree("DeepseekV3ForCausalLM", "DeepseekV3Model", "DeepseekV3DecoderLayer",
+                                                        "DeepseekV3Attention", "DeepseekV3MLP", linear="ReplicatedLinear")),
+    "grok2": Model(64, "Grok1", (1, 8), Tree("Grok1ForCausalLM", "Grok1Model", "Grok1DecoderLayer", "Grok1Attention", "Grok1MoE")),
+    "llama": Model(32, "Llama", (1, 4), _hf("Llama")),
+    "qwen3": Model(36, "Qwen3", (1, 4), _hf("Qwen3")),
+    # vLLM's gpt-oss: the MLPBlock (router + MoE) nests inside each TransformerBlock
+    "gpt_oss": Model(36, "", (1, 8), Tree("GptOssForCausalLM", "GptOssModel", "TransformerBlock", "OAIAttention", "MLPBlock")),
+    # a vision-language model: a ViT tower (LayerNorm, GELU MLP, non-causal attention) before the text stack
+    "vlm": Model(28, "Qwen2", (1, 4), _hf("Qwen2"), vision=24,
+                 vision_tree=Tree("", "Qwen2VisionTransformer", "Qwen2VLVisionBlock", "VisionAttention", "VisionMlp", "LayerNorm")),
 }
+#: how the decode and prefill passes launch their kernels: full-graph decode (SGLang's default),
+#: vLLM's piecewise graphs (split at attention, which runs eagerly between the pieces) for every
+#: pass or for prefill only beside full-graph decode, or no graphs at all
+GRAPHS = ("full", "piecewise", "full_and_piecewise", "none")
+MODULES = ("none", "layers", "tree")
+#: ops a piecewise graph leaves out: attention runs eagerly between two pieces
+_SPLITTING = {"kv_write", "mla_kv_write", "attn", "attn_grok", "attn_mla", "attn_sink", "attn_reduce", "attn_reduce_mla"}
 DENSE_LAYERS = 3  # deepseek_v3: first_k_dense_replace
 
 # -- kernel catalog ------------------------------------------------------------------------------
@@ -104,6 +138,11 @@ _KIND = {
     "argmax": ("ELEMENTWISE", "aten::argmax", "small", 6.0),
     "softmax": ("ELEMENTWISE", "aten::softmax", "rows", 5.0),
     "to_float": ("MEMORY", "aten::to", "ew", 3.0),
+    "ln": ("NORM", "aten::native_layer_norm", "rows", 4.0),
+    "gelu": ("ELEMENTWISE", "aten::gelu", "ew", 4.0),
+    "patch_embed": ("LINEAR", "aten::convolution", "gemm", 20.0),
+    "routing": ("MOE", "vllm::moe_routing", "small", 4.0),
+    "moe_finalize": ("MOE", "vllm::moe_finalize", "rows", 5.0),
 }
 
 _CUDA = {
@@ -186,14 +225,45 @@ _ROCM = {
     "softmax": "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
     "to_float": "void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16tofloat32_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16tofloat32_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul>)",
 }
+_COMMON = {  # the same library on both stacks (PyTorch's own kernels, Triton kernels)
+    "ln": "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)",
+    "gelu": "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul>)",
+    "topk_ogs": "_topk_forward",
+    "routing": "_combined_routing_compute",
+}
+_CUDA.update({
+    "vit_attn": "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<80, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<80, 128, 64, 4, cutlass::bfloat16_t> >, false, false, false, false, true, true, false, false>(flash::Flash_fwd_params)",
+    "attn_sink": ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 64, 4, cutlass::bfloat16_t> >, true, false, true, false, true, true, false, false>(flash::Flash_fwd_params)",
+                  "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 64, 128, 4, cutlass::bfloat16_t> >, true, false, true, false, true, true, false, false>(flash::Flash_fwd_params)"),
+    "patch_embed": "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)",
+    # TensorRT-LLM-gen MXFP4 expert GEMMs on B200 (gpt-oss)
+    "moe_gate_up": "bmm_MxE4m3_MxE2m1E2m1_Fp32_t128x8x256u2_s6_et64x8_m64x8x32_cga1x1x1_16dp256b_rM_TN_transOut_schedS_biasM_bN_ldgsts_tmaOpt_clmp_swiGlu_dynBatch_sm100f",
+    "moe_down": "bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x8x256u2_s6_et64x8_m64x8x32_cga1x1x1_16dp256b_rM_TN_transOut_schedS_biasM_bN_ldgsts_tmaOpt_dynBatch_sm100f",
+    "moe_finalize": "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<__nv_bfloat16, __nv_bfloat16, float, false> >(moe::dev::finalize::KernelParams<__nv_bfloat16, __nv_bfloat16, float, false>)",
+})
+_ROCM.update({
+    "vit_attn": "_ZN7ck_tile6kentryILi2ENS_13FmhaFwdKernelINS_26BlockFmhaPipelineQRKSVSAsyncINS_24BlockFmhaPipelineProblemEEENS_17Default2DEpilogueEEEJNS_5KargsEEEEvDpT0_",
+    "attn_sink": "kernel_unified_attention_2d",
+    "patch_embed": _CIJK.format("128x128x64"),
+    # vLLM's Triton MoE kernels (triton_kernels' matmul_ogs) on MI300X
+    "moe_gate_up": "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1_swiglu",
+    "moe_down": "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1",
+    "moe_finalize": "_finalize_matmul_scatter",
+})
+for _names in (_CUDA, _ROCM):
+    for _key, _name in _COMMON.items():
+        _names.setdefault(_key, _name)
 _NAMES = {"cuda": _CUDA, "rocm": _ROCM}
 #: name variants that share a base kind (type, cpu op, grid, duration)
 _BASE = {"gemm_fp8": "gemm", "attn_grok": "attn", "attn_mla": "attn", "attn_reduce_mla": "attn_reduce",
-         "topk_grouped": "topk", "rms_fp8": "norm", "router": "gemm", "o_proj": "gemm"}
+         "topk_grouped": "topk", "rms_fp8": "norm", "router": "gemm", "o_proj": "gemm", "vit_attn": "attn", "attn_sink": "attn",
+         "topk_ogs": "topk", "moe_gate_up": "moe_gemm", "moe_down": "moe_gemm"}
 #: triton kernels are launched through the driver on CUDA; hipBLASLt / asm kernels through the module API on ROCm
 _TRITON = {"fused_moe_kernel", "fused_dual_residual_rmsnorm_kernel", "compute_position_kernel",
            "create_flashinfer_kv_indices_triton", "_fused_rms_fp8_group_quant_kernel", "_gemm_a8w8_blockscale_kernel",
-           "_batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant_kernel"}
+           "_batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant_kernel", "kernel_unified_attention_2d",
+           "_topk_forward", "_combined_routing_compute", "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1_swiglu",
+           "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1", "_finalize_matmul_scatter"}
 
 
 # -- the op sequence of one pass -----------------------------------------------------------------
@@ -202,6 +272,8 @@ class Op:
     key: str  # catalog key
     layer: int | None = None
     aux: bool = False  # on the auxiliary stream (deepseek shared experts)
+    part: str = ""  #: the layer's submodule that launches it: "attention", "mlp" or "" (the layer itself)
+    stack: int = 0  #: 0: the text stack; 1: the vision tower
 
 
 def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[list[Op], str]:
@@ -232,6 +304,12 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
         else:
             ops = [Op(first), *map(Op, attn), Op(post), *map(Op, q + ["gemm_fp8", "act"] + q + ["gemm_fp8"] + ar)]
             kind = "MLA_FC"
+    elif model == "gpt_oss":
+        first = "norm" if i == 0 else "add_norm"
+        attn = [first, "gemm", "rope", "kv_write", "attn_sink", "o_proj"] + ar
+        moe = ["add_norm", "router", "topk_ogs", "routing", "moe_gate_up", "moe_down", "moe_finalize"] + ar
+        ops = [Op(k) for k in attn + moe]
+        kind = "MHA_MOE"
     elif model == "grok2":
         attn = ["dual_norm", "gemm", "rope", "kv_write", "attn_grok" if vendor == "cuda" else "attn"]
         attn += ["attn_reduce"] if decode and vendor == "rocm" else []
@@ -252,7 +330,32 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
         kind = "MHA_FC"
     for op in ops:
         op.layer = i
+    _mark_parts(ops)
     return ops, kind
+
+
+def _vision_ops(i: int) -> list[Op]:
+    """One ViT block: pre-LayerNorm attention (non-causal) and a GELU MLP, residual adds apart."""
+    ops = [Op(k, layer=i, stack=1) for k in ("ln", "gemm", "vit_attn", "o_proj", "add", "ln", "gemm", "gelu", "gemm", "add")]
+    _mark_parts(ops)
+    return ops
+
+
+def _mark_parts(ops: list[Op]) -> None:
+    """Which submodule launches each op of a layer: the attention block runs from its first
+    projection through the output projection (and its all-reduce); the MLP from the op after the
+    post-attention norm to the end; the norms belong to the layer itself."""
+    types = [KinetoWriter.kind(op.key)[0] for op in ops]
+    att = [j for j, t in enumerate(types) if t == "ATTENTION"]
+    begin = next(j for j, t in enumerate(types) if t not in ("NORM",))
+    out = next(j for j in range(att[-1] + 1, len(ops)) if types[j] == "LINEAR")
+    while out + 1 < len(ops) and types[out + 1] == "COMMUNICATION":
+        out += 1
+    for j in range(begin, out + 1):
+        ops[j].part = "attention"
+    mlp = out + 1 + (out + 1 < len(ops) and types[out + 1] == "NORM")
+    for j in range(mlp, len(ops)):
+        ops[j].part = "mlp" if types[j] != "ELEMENTWISE" or j < len(ops) - 1 or ops[j].key != "add" else ""
 
 
 def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int) -> tuple[list[Op], list[str]]:
@@ -261,6 +364,13 @@ def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int) -> tupl
         ops += [Op("kv_indices"), Op("fill")]
     ops += [Op("embed")] + ([Op("allreduce")] if tp > 1 else [])
     kinds = []
+    vision = MODELS[model].vision if stage == "prefill" else 0
+    if vision:  # the image's patches, the tower, and the merger into the text embeddings
+        ops += [Op("patch_embed")]
+        for i in range(vision):
+            ops += _vision_ops(i)
+            kinds.append("MHA_FC")
+        ops += [Op("ln"), Op("gemm"), Op("gelu"), Op("gemm")]
     for i in range(layers):
         layer, kind = _layer_ops(model, vendor, i, tp, stage)
         ops += layer
@@ -269,13 +379,46 @@ def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int) -> tupl
     return ops, kinds
 
 
+def _pass_mode(stage: str, graphs: str) -> str:
+    """How a pass of ``stage`` launches under ``graphs``: "eager", "graph" (one replay) or "piecewise"."""
+    if graphs == "none":
+        return "eager"
+    if stage == "prefill":
+        return "piecewise" if graphs in ("piecewise", "full_and_piecewise") else "eager"
+    return "piecewise" if graphs == "piecewise" else "graph"
+
+
+def _launch_modes(ops: list[Op], mode: str) -> np.ndarray:
+    """Per op: the graph piece that replays it (0, 1, ...), or -1 where it is launched eagerly.
+    A piecewise pass captures the model (embedding through the final norm) in pieces split at
+    each attention op, which runs eagerly between them; the inputs before and the logits and
+    sampling after run eagerly too."""
+    n = len(ops)
+    if mode == "eager":
+        return np.full(n, -1, np.int64)
+    if mode == "graph":
+        return np.zeros(n, np.int64)
+    keys = [op.key for op in ops]
+    first, last = keys.index("embed"), len(keys) - 1 - keys[::-1].index("final_norm")
+    out = np.full(n, -1, np.int64)
+    piece, splitting = 0, False
+    for j in range(first, last + 1):
+        if keys[j] in _SPLITTING:
+            splitting = True
+            continue
+        if splitting:
+            piece, splitting = piece + 1, False
+        out[j] = piece
+    return out
+
+
 # -- writing -------------------------------------------------------------------------------------
 class KinetoWriter:
     """A Kineto trace being written: its events (ops, launches, kernels, flows, graph launches),
     the clocks of the host and the streams, and the truth rows; ``document()`` is the JSON."""
 
-    def __init__(self, model: str, vendor: str, tp: int, seed: int, spans: bool):
-        self.model, self.vendor, self.tp, self.spans = model, vendor, tp, spans
+    def __init__(self, model: str, vendor: str, tp: int, seed: int, modules: str):
+        self.model, self.vendor, self.tp, self.modules = model, vendor, tp, modules
         self.rng = random.Random(seed)
         self.names = _NAMES[vendor]
         self.events: list[dict] = []
@@ -342,7 +485,7 @@ class KinetoWriter:
         self.gpu = start + dur
         return start, self.main_stream
 
-    def write_pass(self, index: int, stage: str, ops: list[Op], kinds: list[str]) -> dict:
+    def write_pass(self, index: int, stage: str, ops: list[Op], kinds: list[str], graphs: str = "full") -> dict:
         prefill = stage == "prefill"
         rng = self.rng
         tokens = rng.choice((512, 1024, 2048)) if prefill else rng.choice((1, 4, 8))
@@ -350,14 +493,15 @@ class KinetoWriter:
         self.aux = self.gpu
         self.fork = self.gpu
         first_row = len(self.kernels)
-        graph_corr = None
-        if not prefill:  # one graph launch for the whole pass
-            graph_corr = self.graph_launch()
-        else:  # the host-to-device copy of the batch's inputs
+        piece = _launch_modes(ops, _pass_mode(stage, graphs))
+        if prefill:  # the host-to-device copy of the batch's inputs
             self.memcpy(tokens)
-        layer_cpu: dict[int, list[int]] = {}
-        first_kernel_ts = None
-        for op in ops:
+        graph_corr: dict[int, int] = {}
+        first_ts: dict[int, int] = {}
+        launched: dict[int, int] = {}
+        cpu_span: list[tuple[int, int] | None] = [None] * len(ops)  # host time of each eager op
+        vision = len({op.layer for op in ops if op.stack == 1})
+        for j, op in enumerate(ops):
             ktype, cpu_name, grid_kind, base = self.kind(op.key)
             name = self.name(op.key, stage)
             scale = (1.0 + tokens / 256) if prefill and grid_kind in ("gemm", "attn", "comm") else 1.0
@@ -365,51 +509,102 @@ class KinetoWriter:
             grid, block = self.geometry(grid_kind, tokens, prefill)
             if not op.aux:
                 self.fork = self.gpu
-            if prefill:
-                corr, ext = self.next_corr(), self.next_ext()
-                op_ts = self.cpu
-                launch_ts = op_ts + self.ns(rng.uniform(1.5, 4))
-                launch_dur = self.ns(rng.uniform(3, 7))
-                if op.aux:
-                    self.aux = max(self.aux, launch_ts + launch_dur)
-                else:
-                    self.gpu = max(self.gpu, launch_ts + launch_dur)
-                start, stream = self.place(op, dur)
-                self.cpu = launch_ts + launch_dur + self.ns(rng.uniform(1, 3))
-                self.events.append({"ph": "X", "cat": "cpu_op", "name": cpu_name, "pid": self.pid, "tid": self.pid,
-                                    "ts": op_ts / 1000, "dur": (self.cpu - op_ts) / 1000,
-                                    "args": {"External id": ext, "Record function id": 0, "Sequence number": ext - 200000, "Ev Idx": ext}})
-                self.events.append(self.launch_event(name, launch_ts, launch_dur, corr, ext))
-                self.flow(corr, launch_ts, start, stream)
-                self.cpu += self.ns(rng.uniform(2, 6))
-                if op.layer is not None:
-                    span = layer_cpu.setdefault(op.layer, [op_ts, self.cpu])
-                    span[1] = self.cpu
+            if piece[j] < 0:
+                start, stream, corr, ext, cpu_span[j] = self.eager(op, name, cpu_name, dur)
             else:
-                corr, ext = graph_corr, None
+                if piece[j] not in graph_corr:  # the host launches the next piece
+                    graph_corr[piece[j]] = self.graph_launch()
+                    launched[piece[j]] = self._graph_launched
+                corr, ext = graph_corr[piece[j]], None
                 start, stream = self.place(op, dur)
-                if first_kernel_ts is None:
-                    first_kernel_ts = start
+                first_ts.setdefault(piece[j], start)
             self.events.append(self.kernel_event(name, start, dur, stream, corr, ext, grid, block))
+            # layers are numbered in the order they run in the pass (a vision tower's first), and within their stack
+            ordinal = None if op.layer is None else op.layer + (vision if op.stack == 0 else 0)
             self.kernels.append({"correlation": corr, "start": start, "name": name, "op": op.key, "stream": stream,
-                                 "pass": index, "stage": stage, "layer": op.layer,
-                                 "layer_type": kinds[op.layer] if op.layer is not None else None, "kernel_type": ktype})
-        if graph_corr is not None:
-            self.flow(graph_corr, self.cpu + self.ns(8), first_kernel_ts, self.main_stream)
-            self.cpu += self.ns(45)
-        if prefill and self.spans:
-            cls = MODELS[self.model].cls
-            for layer, (t0, t1) in layer_cpu.items():
-                self.python_id += 1
-                self.events.append({"ph": "X", "cat": "python_function", "name": f"nn.Module: {cls}DecoderLayer_{layer}",
-                                    "pid": self.pid, "tid": self.pid, "ts": (t0 - 500) / 1000, "dur": (t1 - t0 + 1000) / 1000,
-                                    "args": {"Python parent id": 1_000_000, "Python id": self.python_id, "Python module id": 0}})
+                                 "pass": index, "stage": stage, "layer": ordinal, "stack": None if op.layer is None else op.stack,
+                                 "stack_layer": op.layer, "layer_type": None if ordinal is None else kinds[ordinal],
+                                 "kernel_type": ktype})
+        for q, corr in graph_corr.items():  # each graph launch's flow to its first kernel
+            self.flow(corr, launched[q], first_ts[q], self.main_stream)
+        if _pass_mode(stage, graphs) == "eager":  # a compiled (piecewise) model calls no module's forward
+            self.module_spans(ops, cpu_span)
         end = max(self.gpu, self.aux)
         self.gpu = self.aux = end
         self.cpu = max(self.cpu, end) + self.ns(rng.uniform(100, 300))  # the host waits for the step's result
+        corrs = list(graph_corr.values())
         return {"index": index, "stage": stage, "tokens": tokens, "kernels": len(self.kernels) - first_row,
-                "layers": len(kinds), "graph_correlation": graph_corr,
-                "start": self.kernels[first_row]["start"], "end": end}
+                "layers": len(kinds), "stacks": [len(kinds) - vision] + ([vision] if vision else []),
+                "graph_correlation": corrs[0] if len(corrs) == 1 and (piece >= 0).all() else None,
+                "graph_correlations": corrs, "start": self.kernels[first_row]["start"], "end": end}
+
+    def eager(self, op: Op, name: str, cpu_name: str, dur: int, tid: int | None = None) -> tuple[int, int, int, int, tuple[int, int]]:
+        """One eagerly launched kernel: its CPU op, the runtime launch inside it (on thread
+        ``tid``, the main thread by default), the flow to the kernel, and the kernel's place on
+        its stream. Returns its start, stream, correlation, External id and the op's host span."""
+        rng, tid = self.rng, self.pid if tid is None else tid
+        corr, ext = self.next_corr(), self.next_ext()
+        op_ts = self.cpu
+        launch_ts = op_ts + self.ns(rng.uniform(1.5, 4))
+        launch_dur = self.ns(rng.uniform(3, 7))
+        if op.aux:
+            self.aux = max(self.aux, launch_ts + launch_dur)
+        else:
+            self.gpu = max(self.gpu, launch_ts + launch_dur)
+        start, stream = self.place(op, dur)
+        self.cpu = launch_ts + launch_dur + self.ns(rng.uniform(1, 3))
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": cpu_name, "pid": self.pid, "tid": tid,
+                            "ts": op_ts / 1000, "dur": (self.cpu - op_ts) / 1000,
+                            "args": {"External id": ext, "Record function id": 0, "Sequence number": ext - 200000, "Ev Idx": ext}})
+        launch = self.launch_event(name, launch_ts, launch_dur, corr, ext)
+        launch["tid"] = tid
+        self.events.append(launch)
+        self.flow(corr, launch_ts, start, stream)
+        span = (op_ts, self.cpu)
+        self.cpu += self.ns(rng.uniform(2, 6))
+        return start, stream, corr, ext, span
+
+    def module_spans(self, ops: list[Op], cpu_span: list[tuple[int, int] | None]) -> None:
+        """``nn.Module`` spans around the eager ops: only the decoder layers (``modules="layers"``),
+        or the whole tree (the model, its layers, their attention and MLP blocks, norms and
+        linears) for ``"tree"``. A graph replay runs without Python, so it has none."""
+        if self.modules == "none" or not any(cpu_span):
+            return
+        model = MODELS[self.model]
+        groups: dict[tuple, list[int]] = {}
+        counters: dict[str, int] = {}
+        for j, (op, when) in enumerate(zip(ops, cpu_span)):
+            if when is None or op.layer is None:
+                continue
+            tree = model.vision_tree if op.stack == 1 else model.tree
+            cls = tree.layer if self.modules == "tree" else (f"{model.cls}DecoderLayer" if op.stack == 0 else tree.layer)
+            groups.setdefault((cls, op.layer), []).append(j)
+            if self.modules == "tree":
+                if op.part:
+                    groups.setdefault((tree.attention if op.part == "attention" else tree.mlp, op.layer), []).append(j)
+                ktype = self.kind(op.key)[0]
+                leaf = tree.linear if ktype == "LINEAR" else tree.norm if ktype == "NORM" else None
+                if leaf is not None:
+                    n = counters[leaf] = counters.get(leaf, -1) + 1
+                    groups[(leaf, n + 1000 * op.stack)] = [j]
+        if self.modules == "tree":  # the stacks' parents, and the whole model
+            for stack in (0, 1):
+                tree = model.vision_tree if stack == 1 else model.tree
+                inside = [j for j, op in enumerate(ops) if cpu_span[j] and op.layer is not None and op.stack == stack]
+                if inside and tree.model:
+                    groups[(tree.model, 0)] = inside
+            eager = [j for j in range(len(ops)) if cpu_span[j]]
+            groups[(model.tree.top, 0)] = eager
+        trees = [t for t in (model.tree, model.vision_tree) if t is not None]
+        depth = {c: d for t in trees for d, c in enumerate((t.top, t.model, t.layer, t.attention, t.linear)) if c}
+        depth.update({t.mlp: 3 for t in trees} | {t.norm: 4 for t in trees} | {f"{model.cls}DecoderLayer": 2})
+        for (cls, n), js in groups.items():
+            t0, t1 = cpu_span[js[0]][0], cpu_span[js[-1]][1]
+            pad = 500 - 100 * depth[cls]  # an enclosing module's span starts before and ends after its children's
+            self.python_id += 1
+            self.events.append({"ph": "X", "cat": "python_function", "name": f"nn.Module: {cls}_{n}",
+                                "pid": self.pid, "tid": self.pid, "ts": (t0 - pad) / 1000, "dur": (t1 - t0 + 2 * pad) / 1000,
+                                "args": {"Python parent id": 1_000_000, "Python id": self.python_id, "Python module id": 0}})
 
     def graph_launch(self) -> int:
         """A ``CUDAGraph::replay`` op and its ``cudaGraphLaunch``; the launch's correlation, which
@@ -425,6 +620,8 @@ class KinetoWriter:
                                      "correlation": corr}})
         self.gpu = max(self.gpu, launch + self.ns(6))
         self.fork = self.gpu
+        self._graph_launched = launch
+        self.cpu = launch + self.ns(30)
         return corr
 
     def launch_event(self, name: str, ts: int, dur: int, corr: int, ext: int) -> dict:
@@ -486,7 +683,7 @@ class KinetoWriter:
         doc = {"schemaVersion": 1, "deviceProperties": props}
         if self.tp > 1:
             doc["distributedInfo"] = {"backend": "nccl", "rank": self.device, "world_size": self.tp}
-        doc.update({"record_shapes": 0, "with_stack": 0, "with_modules": int(self.spans)})
+        doc.update({"record_shapes": 0, "with_stack": 0, "with_modules": int(self.modules != "none")})
         doc.update({"cuda_runtime_version": 12080, "cuda_driver_version": 12080} if cuda
                    else {"roctracer_version": 4, "hip_runtime_version": 60443483, "hip_driver_version": 60443483})
         doc["traceEvents"] = meta + events + [{"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "",
@@ -496,9 +693,12 @@ class KinetoWriter:
 
 
 def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: int = 1, prefill: int = 1, decode: int = 2,
-             layers: int | None = None, seed: int = 0, ground_truth_spans: bool = False) -> dict:
+             layers: int | None = None, seed: int = 0, ground_truth_spans: bool = False, modules: str | None = None,
+             graphs: str = "full") -> dict:
     """Write a synthetic Kineto trace to ``path`` (gzip when it ends in ``.gz``), atomically, and its
-    ground truth to ``<stem>_truth.json``; return the truth."""
+    ground truth to ``<stem>_truth.json``; return the truth. ``modules``: "none", "layers" (the
+    decoder layers' spans; what ``ground_truth_spans`` asks for) or "tree" (every module's);
+    ``graphs``: one of ``GRAPHS``."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
     if vendor not in VENDORS:
@@ -507,30 +707,39 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         raise ValueError(f"tp must be 1, 2, 4 or 8, not {tp!r}")
     if prefill < 0 or decode < 0 or prefill + decode == 0:
         raise ValueError("prefill and decode must be >= 0, and at least one pass is needed")
+    modules = modules or ("layers" if ground_truth_spans else "none")
+    if modules not in MODULES:
+        raise ValueError(f"modules must be one of {', '.join(MODULES)}, not {modules!r}")
+    if graphs not in GRAPHS:
+        raise ValueError(f"graphs must be one of {', '.join(GRAPHS)}, not {graphs!r}")
     depth = MODELS[model].layers if layers is None else layers
     if depth < 1:
         raise ValueError("layers must be >= 1")
     t0 = time.perf_counter()
-    w = KinetoWriter(model, vendor, tp, seed, ground_truth_spans)
+    w = KinetoWriter(model, vendor, tp, seed, modules)
     passes = []
     for index in range(prefill + decode):
         stage = "prefill" if index < prefill else "decode"
         ops, kinds = _pass_ops(model, vendor, tp, stage, depth)
-        passes.append(w.write_pass(index, stage, ops, kinds))
+        passes.append(w.write_pass(index, stage, ops, kinds, graphs))
     data = orjson.dumps(w.document())
     path = Path(path)
     output_dir(path.parent)
     size = write_atomic(path, data)  # gzipped there when the name ends in .gz
     kernels = sorted(w.kernels, key=lambda k: (k["start"], k["stream"]))
+    m = MODELS[model]
     truth = {
-        "path": str(path), "model": model, "vendor": vendor, "tp": tp, "seed": seed, "spans": ground_truth_spans,
-        "layer_class": f"{MODELS[model].cls}DecoderLayer",
+        "path": str(path), "model": model, "vendor": vendor, "tp": tp, "seed": seed, "spans": modules != "none",
+        "modules": modules, "graphs": graphs,
+        "layer_class": f"{m.cls}DecoderLayer" if modules == "layers" else m.tree.layer,
+        # each stack's layer class and its layers in a pass that runs it (the vision tower: prefill only)
+        "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.vision_tree.layer, "layers": m.vision}] if m.vision else []),
         "totals": {
             "kernels": len(kernels), "passes": len(passes), "prefill_passes": prefill, "decode_passes": decode,
-            "layers_per_pass": depth, "layers": depth * len(passes),
+            "layers_per_pass": depth, "layers": sum(p["layers"] for p in passes),
             # grok2's dual-residual norm fires twice per block: what a norm-boundary detector counts
             "half_layers_per_pass": 2 * depth if model == "grok2" else depth,
-            "graph_replays": decode, "memops": w.memops,
+            "graph_replays": sum(len(p["graph_correlations"]) for p in passes), "memops": w.memops,
         },
         "passes": passes,
         "bytes": size,
@@ -559,13 +768,35 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode", type=int, default=2, metavar="D", help="graph-replayed decode passes (default 2)")
     p.add_argument("--layers", type=int, default=None, metavar="L", help="decoder layers (default: the model's)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    p.add_argument("--spans", action="store_true", help="add nn.Module DecoderLayer spans to eager passes")
+    p.add_argument("--spans", action="store_true", help="add nn.Module DecoderLayer spans to eager passes (--modules layers)")
+    p.add_argument("--modules", choices=MODULES, default=None,
+                   help="nn.Module spans around eager ops: none, the decoder layers, or the whole module tree")
+    p.add_argument("--workload", choices=("inference", "training", "hpc"), default="inference",
+                   help="LLM serving (default), training steps of a small Llama (forward and backward passes), "
+                        "or an HPC stencil code with no layers (--layers, --steps, --seed, --modules apply)")
+    p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps or HPC time steps (default 3)")
+    p.add_argument("--graphs", choices=GRAPHS, default="full",
+                   help="CUDA graphs: full-graph decode (default), piecewise (split at attention) for every pass, "
+                        "piecewise prefill with full-graph decode, or none")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workload != "inference":
+        from layerc.tools import gen_trace_workloads
+
+        try:
+            truth = gen_trace_workloads.generate(args.out, workload=args.workload, layers=args.layers or 4, steps=args.steps,
+                                                 seed=args.seed, modules=args.modules or "none")
+        except ValueError as e:
+            raise LayercError(str(e)) from None
+        t = truth["totals"]
+        print(f"{truth['path']}: {args.workload}, {args.steps} steps, {t['passes']} passes, {t['layers']} layers, "
+              f"{t['kernels']} kernels, {truth['bytes']} bytes, {truth['seconds']} s")
+        return 0
     try:
         truth = generate(args.out, model=args.model, vendor=args.vendor, tp=args.tp, prefill=args.prefill,
-                         decode=args.decode, layers=args.layers, seed=args.seed, ground_truth_spans=args.spans)
+                         decode=args.decode, layers=args.layers, seed=args.seed, ground_truth_spans=args.spans,
+                         modules=args.modules, graphs=args.graphs)
     except ValueError as e:
         raise LayercError(str(e)) from None
     t = truth["totals"]

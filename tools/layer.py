@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from layerc.tools.args import input_path, natural_int, output_directory
+from layerc.tools.args import input_path, natural_int, output_directory, strategy_option
 
 FORMATS = ("json", "dot", "png", "svg")
 
@@ -35,6 +35,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="with --trace: which replay or eager pass (default: the first replay, or the first eager pass the profile holds whole)")
     p.add_argument("--match", choices=("auto", "kernels", "ops"), default="auto",
                    help="with --trace: bind GPU kernels by signature, or profiled aten ops by name and shape (default: decide from the trace)")
+    strategy_option(p, "with --trace: ")
     p.add_argument("--timing", action="store_true", help="print how long each step took, to stderr")
     p.set_defaults(usage_error=p.error)
 
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         from layerc.passes.bind_kernels import BindKernels
 
-        passes.append(BindKernels(trace=args.trace, phase=args.phase, replay=args.replay, match=args.match))
+        passes.append(BindKernels(trace=args.trace, phase=args.phase, replay=args.replay, match=args.match,
+                                  strategy=args.strategy))
     pm = PassManager(passes)
     ctx = Context()
     pm.run(ctx, module)

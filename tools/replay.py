@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from layerc.tools.args import input_path, output_path
+from layerc.tools.args import input_path, output_path, strategy_option
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -14,6 +14,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph-id", type=int, metavar="G", help="the CUDA graph (default: the one with the most kernels)")
     p.add_argument("--replay", type=int, default=0, metavar="K", help="which replay of it (default: 0, the first)")
     p.add_argument("--layer", type=int, metavar="N", help="only this layer")
+    strategy_option(p)
     p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="kernels.json (default: stdout); written atomically")
 
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     chosen = pick_replay(trace, args.graph_id, args.replay)
     short, _ = kernel_table().kinds(trace)
     k = trace.kernels
-    layers, split = {}, layers_of(trace, chosen.kernels)
+    layers, split = {}, layers_of(trace, chosen.kernels, strategy=args.strategy)
     for n, idx in enumerate(split):
         if args.layer is not None and n != args.layer:
             continue

@@ -8,12 +8,13 @@ tables an engineer reads first; ``--json``, ``--csv`` and ``--perfetto`` write t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from layerc.tools.args import input_path, output_path, positive_int
+from layerc.tools.args import input_path, output_path, positive_int, strategy_option
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -26,9 +27,7 @@ def _layer_list(text: str) -> tuple[int, ...]:
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", type=input_path, help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
     p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
-    p.add_argument("--strategy", choices=("auto", "ground-truth", "boundary", "motif"), default="auto",
-                   help="how layers are found (default auto: ground truth in the forward passes the trace's "
-                        "spans cover, the motif or boundary result, whichever is more confident, in the others)")
+    strategy_option(p)
     p.add_argument("--split-half-layers", action="store_true", help="keep each layer's attention and FFN halves apart (every strategy)")
     p.add_argument("--debug-layers", type=_layer_list, metavar="N,N,...", help="list the kernels of these layers (first pass of each stage)")
     p.add_argument("--show-layer-terminal", action="store_true", help="one row per layer instead of one per layer kind")
@@ -100,6 +99,8 @@ def analyze(args: argparse.Namespace) -> Analysis:
 
 def run(args: argparse.Namespace) -> int:
     a = analyze(args)
+    for w in a.layers.warnings:
+        sys.stderr.write(f"{args.trace}: warning: {w}\n")
     if args.num_layers and (off := mismatched_passes(a, args.num_layers)):
         counts = ", ".join(f"pass {q}: {a.layers.layers_per_pass[q]}" for q in off[:6]) + (" ..." if len(off) > 6 else "")
         sys.stderr.write(f"{args.trace}: warning: --num-layers {args.num_layers}, but {len(off)} complete pass(es) "
@@ -131,6 +132,7 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
     """The JSON document: totals, the decision, and one entry per layer."""
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
+    from layerc.passes.trace_layers import CONFIDENT
 
     k, t = a.trace.kernels, a.table
     dur = (k.end - k.start).astype(np.int64)
@@ -154,17 +156,28 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "partial_passes": [q for q, cut in enumerate(a.layers.partial) if cut],
         "strategy": a.layers.strategy,
         "confidence": round(a.layers.confidence, 4),
+        # below this the layers are reported with a warning; "none": no layer structure found
+        "confident_above": CONFIDENT,
+        "evidence": a.layers.evidence,
+        "warnings": a.layers.warnings,
         "period": a.layers.period,
+        # each stack of layers (a vision tower and a language model, an encoder and a decoder):
+        # its module class and parent where module spans name them
+        "stacks": a.layers.stacks,
+        # per pass, its training step (ProfilerStep#N), -1 outside steps
+        "steps": a.layers.steps,
         "stages": by(a.stage, stage_name),
         "types": by(a.cls.type, lambda c: TYPES[c]),
         "unknown_stage_pct": round(a.pct(a.stage < 0), 3),
         "unclassified_pct": round(a.pct(a.cls.entry < 0), 3),
+        "classified_by": _classified_by(a, dur, getattr(args, "kernel_tables", None)),
         "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
         # rows no clock can have produced (an end before the start, an overflowing time), left out
         "left_out": a.trace.meta.get("dropped", {}),
         "layers": [
             {
-                "pass": int(t.pass_index[r]), "partial": bool(a.layers.partial[int(t.pass_index[r])]), "index": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
+                "pass": int(t.pass_index[r]), "partial": bool(a.layers.partial[int(t.pass_index[r])]), "index": int(t.index[r]),
+                "stack": _stack_of(a, int(t.first[r])), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
                 "kernel_count": int(t.kernel_count[r]), "duration_ns": int(t.duration[r]),
                 "start_ns": int(t.start[r]), "end_ns": int(t.end[r]),
                 "first_kernel": _short(a, int(t.first[r])), "last_kernel": _short(a, int(t.last[r])),
@@ -172,6 +185,33 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
             for r in np.nonzero(a.rows)[0].tolist()
         ],
     }
+
+
+def _classified_by(a: Analysis, dur: np.ndarray, tables: str | None) -> dict:
+    """Per kernel family (short name): its type, the table row that classified it (``file: entry
+    N``) or ``null`` where no row matched (type OTHER), and its kernels and time."""
+    from layerc.passes.kernel_tables import TYPES, kernel_table
+
+    entries = kernel_table(tables).entries
+    keep = a.keep
+    out = {}
+    shorts, first, inverse = np.unique(a.cls.short[keep], return_index=True, return_inverse=True)
+    idx = np.nonzero(keep)[0]
+    time = np.bincount(inverse.reshape(-1), weights=dur[keep].astype(float), minlength=len(shorts))
+    count = np.bincount(inverse.reshape(-1), minlength=len(shorts))
+    for j, s in enumerate(shorts.tolist()):
+        i = int(idx[first[j]])
+        entry = int(a.cls.entry[i])
+        row = os.path.basename(entries[entry].source) if entry >= 0 else None  # "trtllm.toml: entry 7 (moe_bmm_mx)"
+        out[a.trace.strings[s] or "?"] = {"type": TYPES[int(a.cls.type[i])], "row": row,
+                                          "kernels": int(count[j]), "time_ns": int(time[j])}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["time_ns"]))
+
+
+def _stack_of(a: Analysis, kernel: int) -> int:
+    """The stack (an index into ``stacks``) of the layer whose first kernel is ``kernel``."""
+    stack = a.layers.stack
+    return int(stack[kernel]) if stack is not None else 0
 
 
 def _layers_per_pass(a: Analysis) -> list[int]:
@@ -197,13 +237,19 @@ def write_csv(a: Analysis, path: str) -> None:
                         int(t.duration[r]), int(t.start[r]), int(t.end[r]), _short(a, int(t.first[r])), _short(a, int(t.last[r]))])
 
 
-def write_perfetto(a: Analysis, path: str) -> None:
-    """Passes and layers as parent spans above the kernels (layers carry type and stage)."""
+def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
+    """Passes, graph replays and layers as parent spans above the kernels (layers carry type and
+    stage); ``fmt``: pftrace or json (default: from the extension). Returns the writer's stats."""
     from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
     from layerc.passes.layer_facts import stage_name
+    from layerc.passes.replays import graph_replays
 
     k, t, lay = a.trace.kernels, a.table, a.layers
     spans = []
+    for graph, runs in graph_replays(a.trace).items():
+        for n, idx in enumerate(runs):
+            spans.append(Span(f"graph {graph} replay {n}", int(k.start[idx].min()), int(k.end[idx].max()), "graph replays",
+                              int(k.device[idx[0]])))
     for q in np.unique(lay.pass_of).tolist():
         idx = np.nonzero(lay.pass_of == q)[0]
         spans.append(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", int(k.start[idx].min()), int(k.end[idx].max()), "passes", int(k.device[idx[0]])))
@@ -211,8 +257,10 @@ def write_perfetto(a: Analysis, path: str) -> None:
         spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
                           {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
                            "kernels": int(t.kernel_count[r]), "pass": int(t.pass_index[r])}))
-    write = write_chrome_json if path.endswith((".json", ".json.gz")) else write_pftrace
-    write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1))
+    json_out = fmt == "json" if fmt else path.endswith((".json", ".json.gz"))
+    write = write_chrome_json if json_out else write_pftrace
+    stats = write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1)) or {}
+    return {**stats, "spans": len(spans)}
 
 
 def show(a: Analysis, args: argparse.Namespace) -> None:

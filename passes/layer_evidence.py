@@ -1,0 +1,120 @@
+"""What a layer result rests on, and how far to trust it: whether a pass's layers look like
+layers at all (else no layer structure is the answer), a confidence, and the stacks.
+
+Each is computed over all kernels at once (bincounts and sorted groups): a profile has a million
+kernels in thousands of passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layerc.passes.kernel_tables import TYPES
+
+ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
+#: below this confidence a result is reported with a warning: a good part of the GPU time lies
+#: outside the layers, or the layers differ from each other more than a model's do
+CONFIDENT = 0.5
+#: layers that hold this share of their passes' GPU time leave nothing unexplained
+HELD = 0.8
+#: types whose kernels make a layer's sequence (fills, copies and unknown kernels come and go)
+STRUCTURAL = np.zeros(len(TYPES), bool)
+STRUCTURAL[[ATTENTION, MOE, LINEAR, NORM, COMMUNICATION]] = True
+
+
+def spanned_passes(pass_of: np.ndarray, n: int, span_layer: np.ndarray | None) -> np.ndarray:
+    """Per pass: whether module spans decided its layers (they hold a quarter of its kernels)."""
+    if span_layer is None:
+        return np.zeros(n, bool)
+    held = np.bincount(pass_of, weights=(span_layer >= 0).astype(float), minlength=n)
+    return held >= 0.25 * np.bincount(pass_of, minlength=n)
+
+
+def drop_unlayered(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray, spanned: np.ndarray) -> int:
+    """Clear (in place) the kernel-found layers of passes without layer structure: fewer than two
+    layers, or layers that hold, per layer, less than half an attention or MoE kernel and fewer
+    than two GEMMs and half a norm (an HPC time step, a data-processing loop, an MLP). Returns
+    how many passes lost their layers."""
+    inside = layer >= 0
+    if not inside.any():
+        return 0
+    per = _layers_per_pass(layer, pass_of, n).astype(float)
+    count = lambda t: np.bincount(pass_of[inside & (kind == t)], minlength=n)  # noqa: E731
+    like = (count(ATTENTION) >= per / 2) | (count(MOE) >= per / 2) | ((count(LINEAR) >= 2 * per) & (count(NORM) >= per / 2))
+    drop = (per > 0) & ((per < 2) | ~like) & ~spanned
+    layer[inside & drop[pass_of]] = -1
+    return int(drop.sum())
+
+
+def confidence(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray, name: np.ndarray,
+               start: np.ndarray, end: np.ndarray, spanned: np.ndarray) -> float:
+    """How far to trust the layers, 0..1: over the passes with layers, weighted by their GPU
+    time, the share of the time the layers hold (``HELD`` or more counts as all) times, for
+    kernel-found layers, the share of layers whose structural kernels repeat those of another
+    layer of the pass (module spans need no repeat)."""
+    inside = layer >= 0
+    if not inside.any():
+        return 0.0
+    dur = np.maximum(end - start, 0).astype(float)
+    time = np.bincount(pass_of, weights=dur, minlength=n)
+    held = np.minimum(1.0, np.bincount(pass_of[inside], weights=dur[inside], minlength=n) / np.maximum(time, 1.0) / HELD)
+    repeats = _repeat_share(layer, pass_of, n, kind, name, start)
+    score = np.where(spanned, held, held * repeats)
+    has = _layers_per_pass(layer, pass_of, n) > 0
+    total = float(time[has].sum())
+    return round(float((time * score)[has].sum()) / total, 4) if total else 0.0
+
+
+def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray, name: np.ndarray,
+                  start: np.ndarray) -> np.ndarray:
+    """Per pass: the share of its layers whose sequence of structural kernel names another layer
+    of the pass has too (each sequence hashed: a polynomial over the names, in start order)."""
+    sel = np.nonzero((layer >= 0) & STRUCTURAL[kind])[0]
+    out = np.zeros(n)
+    if not len(sel):
+        return out
+    width = int(layer.max()) + 1
+    group = pass_of[sel] * width + layer[sel]
+    sel = sel[np.lexsort((start[sel], group))]
+    group = pass_of[sel] * width + layer[sel]
+    opens = np.r_[True, group[1:] != group[:-1]]
+    heads = np.nonzero(opens)[0]
+    j = np.arange(len(sel)) - heads[np.cumsum(opens) - 1]  # position within the layer
+    powers = np.cumprod(np.r_[np.uint64(1), np.full(int(j.max()), np.uint64(1_000_003), np.uint64)], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        terms = (name[sel].astype(np.uint64) + np.uint64(1)) * powers[j]
+        sig = np.add.reduceat(terms, heads) ^ (np.diff(np.r_[heads, len(sel)]).astype(np.uint64) << np.uint64(48))
+    q = pass_of[sel][heads]
+    _, which, counts = np.unique(np.stack([q, sig.view(np.int64)]).T, axis=0, return_inverse=True, return_counts=True)
+    repeated = counts[which.reshape(-1)] >= 2
+    layers = np.bincount(q, minlength=n)
+    return np.bincount(q, weights=repeated.astype(float), minlength=n) / np.maximum(layers, 1)
+
+
+def _layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:
+    inside = layer >= 0
+    if not inside.any():
+        return np.zeros(n, np.int64)
+    width = int(layer.max()) + 1
+    pairs = np.unique(pass_of[inside] * width + layer[inside])
+    return np.bincount(pairs // width, minlength=n)
+
+
+def stacks(layer: np.ndarray, pass_of: np.ndarray, motif: np.ndarray | None, spanned: np.ndarray, spans) -> tuple[np.ndarray, list[dict]]:
+    """Per kernel its stack, and the stacks: the module spans' in the passes they decided (class,
+    parent, layers, offset), the kernel motifs' (class unknown) in the others."""
+    n = len(spanned)
+    stack = np.full(len(layer), -1, np.int64)
+    out: list[dict] = []
+    by_spans = (spanned[pass_of] if n else np.zeros(len(layer), bool)) & (layer >= 0)
+    if spans is not None and by_spans.any():
+        stack[by_spans] = spans.stack[by_spans]
+        out = [{"class": s.cls, "parent": s.parent, "layers": s.count, "offset": s.offset} for s in spans.stacks]
+    motif = motif if motif is not None else np.zeros(len(layer), np.int64)
+    found = ~by_spans & (layer >= 0)
+    for m in np.unique(motif[found]).tolist():
+        sel = found & (motif == m)
+        stack[sel] = len(out)
+        out.append({"class": None, "parent": None, "layers": int(_layers_per_pass(np.where(sel, layer, -1), pass_of, n).max()),
+                    "offset": None})
+    return stack, out

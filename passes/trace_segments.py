@@ -1,0 +1,139 @@
+"""Which forward pass each kernel of a trace runs in, before any layer is looked for.
+
+A pass is one forward step of the model, not one graph launch:
+
+- each CUDA/HIP graph replay is a segment, and so is each run of eagerly launched kernels
+  between two replays (it may run interleaved with a replay on other streams);
+- **piecewise capture** (vLLM PIECEWISE and FULL_AND_PIECEWISE, SGLang and AutoDeploy piecewise
+  graphs) replays one forward step as several graphs, with the attention launched eagerly
+  between them. An eager segment between two replays that runs attention, and is neither a
+  forward pass of its own (no norm) nor longer than the pieces around it, joins them: the
+  pieces and the attention between them are one pass;
+- **training steps** (``ProfilerStep#N`` ranges, which ``torch.profiler``'s ``step()`` records)
+  bound every pass where a profile holds two or more: nothing runs across two steps;
+- **launching threads** split eager kernels: autograd launches the backward pass from its own
+  thread, so a training step's forward and backward are two passes;
+- each GPU runs its own copy of the model (tensor-parallel ranks in one trace).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from layerc.ir.trace import ANNOTATION_GPU, Trace
+from layerc.passes.kernel_tables import TYPES
+
+ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
+_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+
+def passes(trace: Trace, kind: np.ndarray | None = None) -> np.ndarray:
+    """Per kernel, its pass (numbered in order of their first kernels). ``kind``: per kernel, its
+    type index (from the kernel tables); without it piecewise pieces stay apart."""
+    k = trace.kernels
+    segment = _segments(trace)
+    if kind is not None:
+        segment = _join_pieces(segment, trace, kind)
+    launch = trace.kernel_launch()
+    tid = np.where(launch >= 0, trace.launches.tid[np.maximum(launch, 0)], -1) if len(trace.launches) else np.full(len(k), -1)
+    # a replay's kernels all come from its one launch; the pieces of a piecewise pass and the
+    # attention between them are one pass whichever thread launched them
+    replayed = trace.replayed()
+    in_graph = np.isin(segment, np.unique(segment[replayed]))
+    tid = np.where(in_graph, -1, tid)
+    step = kernel_steps(trace)
+    if len(np.unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
+        step = np.zeros(len(k), np.int64)
+    _, device = np.unique(k.device, return_inverse=True)
+    _, group = np.unique(np.stack([device.reshape(-1), segment, step]).T, axis=0, return_inverse=True) if len(k) else (None, segment)
+    tid = _fill_threads(tid, group.reshape(-1), k.start)
+    keys = np.stack([device.reshape(-1), segment, step, tid]).T
+    _, key = np.unique(keys, axis=0, return_inverse=True) if len(k) else (None, np.zeros(0, np.int64))
+    key = key.reshape(-1)
+    first = np.full(int(key.max()) + 1 if len(key) else 0, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, key, k.start)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[key]
+
+
+def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Launching threads where the launch is unknown (its host side ran before the profile began)
+    taken from the kernel before it in its group (else the one after): an unknown thread is
+    no reason to split a pass."""
+    n = len(tid)
+    if not n or (tid >= 0).all():
+        return tid
+    order = np.lexsort((start, group))
+    t, g = tid[order], group[order]
+    at = np.arange(n)
+    before = np.maximum.accumulate(np.where(t >= 0, at, -1))
+    after = np.minimum.accumulate(np.where(t >= 0, at, n)[::-1])[::-1]
+    b, a = np.maximum(before, 0), np.minimum(after, n - 1)
+    filled = np.where((before >= 0) & (g[b] == g), t[b], np.where((after < n) & (g[a] == g), t[a], -1))
+    out = np.empty_like(tid)
+    out[order] = np.where(t >= 0, t, filled)
+    return out
+
+
+def _segments(trace: Trace) -> np.ndarray:
+    """Per kernel: 2n + 1 for the kernels of the n-th graph replay, 2n for the eager kernels
+    between the (n-1)-th and n-th replays."""
+    k = trace.kernels
+    out = np.full(len(k), -1, np.int64)
+    replays = sorted(trace.replays().values(), key=lambda idx: k.start[idx].min())
+    starts = np.array([k.start[idx].min() for idx in replays], np.int64)
+    for n, idx in enumerate(replays):
+        out[idx] = 2 * n + 1
+    eager = out < 0
+    out[eager] = 2 * np.searchsorted(starts, k.start[eager], side="right")
+    return out
+
+
+def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndarray:
+    """Segments with piecewise pieces joined: on each GPU, an eager segment between two
+    replays that runs attention, no norm, and fewer kernels than either replay joins them."""
+    k = trace.kernels
+    out = segment.copy()
+    for d in np.unique(k.device).tolist():
+        mine = np.nonzero(k.device == d)[0]
+        ids, first, size = np.unique(segment[mine], return_index=True, return_counts=True)
+        order = np.argsort(k.start[mine[first]], kind="stable")
+        seq, size = ids[order].tolist(), size[order].tolist()
+        label = list(seq)
+        for j in range(1, len(seq) - 1):
+            if seq[j] % 2 or not (seq[j - 1] % 2 and seq[j + 1] % 2):
+                continue  # not an eager run between two replays
+            types = kind[mine[segment[mine] == seq[j]]]
+            if (types == ATTENTION).any() and not (types == NORM).any() and size[j] < min(size[j - 1], size[j + 1]):
+                label[j] = label[j + 1] = label[j - 1]
+        lut = dict(zip(seq, label))
+        out[mine] = _relabel(segment[mine], lut)
+    return out
+
+
+def _relabel(values: np.ndarray, lut: dict[int, int]) -> np.ndarray:
+    keys = np.array(sorted(lut), np.int64)
+    return np.array([lut[x] for x in keys.tolist()], np.int64)[np.searchsorted(keys, values)]
+
+
+def kernel_steps(trace: Trace) -> np.ndarray:
+    """Per kernel, the training step (``ProfilerStep#N`` range) its launch falls in, or -1."""
+    k, a = trace.kernels, trace.annotations
+    out = np.full(len(k), -1, np.int64)
+    if not len(a):
+        return out
+    ids = trace.strings.matching(_STEP)
+    rows = np.nonzero(np.isin(a.name, ids) & (a.kind != ANNOTATION_GPU))[0]
+    if not len(rows):
+        return out
+    rows = rows[np.argsort(a.start[rows], kind="stable")]
+    launch = trace.kernel_launch()
+    when = np.where(launch >= 0, trace.launches.start[np.maximum(launch, 0)], k.start) if len(trace.launches) else k.start
+    j = np.searchsorted(a.start[rows], when, side="right") - 1
+    ok = (j >= 0) & (when <= a.end[rows[np.maximum(j, 0)]])
+    out[ok] = j[ok]
+    return out
