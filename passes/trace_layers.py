@@ -754,7 +754,8 @@ def _with_spans(trace: Trace, spans: Spans, pass_of: np.ndarray, found: LayerRes
     base, weight, used = 0, 0.0, set()
     for idx, spanned in _blocks(pieces, covered, pass_of):
         if spanned:
-            got, run = spans.layer[idx].copy(), _restarts(spans, idx, k.start[idx], k.end[idx])
+            run = _restarts(spans, idx, k.start[idx], k.end[idx])
+            got = _ordinals(spans.layer[idx], run)
             if columns is not None:
                 got = _split_each_run(got, run, columns, idx)
             weight += float((spans.layer[idx] >= 0).sum())
@@ -771,6 +772,20 @@ def _with_spans(trace: Trace, spans: Spans, pass_of: np.ndarray, found: LayerRes
         strategy, period = "+".join(s for s in ("ground-truth", found.strategy) if s in used), found.period
     out = LayerResult(layer, pass_s, strategy, weight / max(len(k), 1), period, per_pass_counts(layer, pass_s))
     out.stack = found.stack if found is not None else None
+    return out
+
+
+def _ordinals(layer: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """Layer numbers as the order the layers run in within each forward pass (a decode pass that
+    runs only the language model's stack numbers its layers from 0, as the motif does)."""
+    out = np.full(len(layer), -1, np.int64)
+    have = layer >= 0
+    if have.any():
+        width = int(layer.max()) + 1
+        key = run[have] * width + layer[have]
+        ids, inverse = np.unique(key, return_inverse=True)
+        first = np.searchsorted(ids, (ids // width) * width)  # each run's first id
+        out[have] = (np.arange(len(ids)) - first)[inverse.reshape(-1)]
     return out
 
 

@@ -46,18 +46,28 @@ def passes(trace: Trace, kind: np.ndarray | None = None) -> np.ndarray:
     step = kernel_steps(trace)
     if len(np.unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
         step = np.zeros(len(k), np.int64)
-    _, device = np.unique(k.device, return_inverse=True)
-    _, group = np.unique(np.stack([device.reshape(-1), segment, step]).T, axis=0, return_inverse=True) if len(k) else (None, segment)
-    tid = _fill_threads(tid, group.reshape(-1), k.start)
-    keys = np.stack([device.reshape(-1), segment, step, tid]).T
-    _, key = np.unique(keys, axis=0, return_inverse=True) if len(k) else (None, np.zeros(0, np.int64))
-    key = key.reshape(-1)
+    group = _combine(_dense(k.device), _dense(segment), _dense(step))
+    tid = _fill_threads(tid, group, k.start)
+    key = _dense(_combine(group, _dense(tid)))
     first = np.full(int(key.max()) + 1 if len(key) else 0, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first, key, k.start)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     return rank[key]
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """Values renumbered 0, 1, ... in their sorted order."""
+    return np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64) if len(values) else values.astype(np.int64)
+
+
+def _combine(*columns: np.ndarray) -> np.ndarray:
+    """One int64 key per row of dense columns (each below its own maximum + 1)."""
+    key = np.zeros(len(columns[0]), np.int64)
+    for c in columns:
+        key = key * (int(c.max()) + 1 if len(c) else 1) + c
+    return key
 
 
 def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -100,24 +110,23 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     out = segment.copy()
     for d in np.unique(k.device).tolist():
         mine = np.nonzero(k.device == d)[0]
-        ids, first, size = np.unique(segment[mine], return_index=True, return_counts=True)
-        order = np.argsort(k.start[mine[first]], kind="stable")
-        seq, size = ids[order].tolist(), size[order].tolist()
-        label = list(seq)
+        ids, inverse = np.unique(segment[mine], return_inverse=True)
+        inverse = inverse.reshape(-1)
+        size = np.bincount(inverse, minlength=len(ids))
+        attention = np.bincount(inverse, weights=kind[mine] == ATTENTION, minlength=len(ids)) > 0
+        norm = np.bincount(inverse, weights=kind[mine] == NORM, minlength=len(ids)) > 0
+        first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first, inverse, k.start[mine])
+        seq = np.argsort(first, kind="stable").tolist()  # segment positions in time order
+        label = ids.copy()
         for j in range(1, len(seq) - 1):
-            if seq[j] % 2 or not (seq[j - 1] % 2 and seq[j + 1] % 2):
+            before, here, after = seq[j - 1], seq[j], seq[j + 1]
+            if ids[here] % 2 or not (ids[before] % 2 and ids[after] % 2):
                 continue  # not an eager run between two replays
-            types = kind[mine[segment[mine] == seq[j]]]
-            if (types == ATTENTION).any() and not (types == NORM).any() and size[j] < min(size[j - 1], size[j + 1]):
-                label[j] = label[j + 1] = label[j - 1]
-        lut = dict(zip(seq, label))
-        out[mine] = _relabel(segment[mine], lut)
+            if attention[here] and not norm[here] and size[here] < min(size[before], size[after]):
+                label[here] = label[after] = label[before]
+        out[mine] = label[inverse]
     return out
-
-
-def _relabel(values: np.ndarray, lut: dict[int, int]) -> np.ndarray:
-    keys = np.array(sorted(lut), np.int64)
-    return np.array([lut[x] for x in keys.tolist()], np.int64)[np.searchsorted(keys, values)]
 
 
 def kernel_steps(trace: Trace) -> np.ndarray:

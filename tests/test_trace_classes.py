@@ -16,9 +16,14 @@ from layerc.ir.trace import Modules
 from layerc.passes.trace_layers import detect_layers
 from layerc.tools import gen_trace, gen_trace_workloads
 from layerc_cli import run_layerc
+from test_trace_layers import agreement, truth_columns
 
 CLASSES = [
-    # model, vendor, tp, graphs, modules, layers
+    # model, vendor, tp, graphs, modules, layers (a tp written "8f": all-reduces fused with the norm after them)
+    ("llama", "cuda", "8f", "full", "none", 5),
+    ("deepseek_v3", "cuda", "8f", "piecewise", "tree", 5),
+    ("gpt_oss", "cuda", "8f", "none", "tree", 6),
+    ("qwen3", "cuda", "4f", "full_and_piecewise", "layers", 4),
     ("llama", "cuda", 1, "full", "tree", 5),
     ("llama", "rocm", 8, "piecewise", "none", 4),
     ("llama", "cuda", 1, "none", "tree", 4),
@@ -40,8 +45,9 @@ CLASSES = [
 def generated(request, tmp_path_factory):
     model, vendor, tp, graphs, modules, layers = request.param
     path = tmp_path_factory.mktemp("cls") / "t.json.gz"
-    truth = gen_trace.generate(path, model=model, vendor=vendor, tp=tp, layers=layers, prefill=2, decode=2, seed=5,
-                               modules=modules, graphs=graphs)
+    fused = isinstance(tp, str)
+    truth = gen_trace.generate(path, model=model, vendor=vendor, tp=int(str(tp).rstrip("f")), layers=layers, prefill=2, decode=2,
+                               seed=5, modules=modules, graphs=graphs, fused_allreduce=fused)
     return request.param, truth, path
 
 
@@ -59,6 +65,19 @@ def test_exact_layers_per_pass(generated, strategy, strip):
     r = detect_layers(trace, strategy)
     assert _counts(r) == [p["layers"] for p in truth["passes"]]
     assert not r.warnings
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["modules", "kernels-only"])
+def test_every_kernel_in_its_layer(generated, strip):
+    """Not only the counts: each kernel of a layer is in the right one (the index within its pass),
+    fused all-reduces and piecewise pieces included."""
+    (model, *_), truth, path = generated
+    trace = read_trace(path)
+    if strip:
+        trace.modules = Modules.empty()
+    layer, _, _ = truth_columns(trace, truth)
+    for strategy in ("auto", "motif"):
+        assert agreement(detect_layers(trace, strategy).layer, layer) >= 0.99
 
 
 def test_module_spans_decide_the_layers_of_eager_passes(generated):

@@ -139,6 +139,7 @@ _KIND = {
     "softmax": ("ELEMENTWISE", "aten::softmax", "rows", 5.0),
     "to_float": ("MEMORY", "aten::to", "ew", 3.0),
     "ln": ("NORM", "aten::native_layer_norm", "rows", 4.0),
+    "ar_norm": ("COMMUNICATION", "trtllm::allreduce_fusion", "comm", 16.0),
     "gelu": ("ELEMENTWISE", "aten::gelu", "ew", 4.0),
     "patch_embed": ("LINEAR", "aten::convolution", "gemm", 20.0),
     "routing": ("MOE", "vllm::moe_routing", "small", 4.0),
@@ -229,6 +230,7 @@ _COMMON = {  # the same library on both stacks (PyTorch's own kernels, Triton ke
     "ln": "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)",
     "gelu": "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul>)",
     "topk_ogs": "_topk_forward",
+    "ar_norm": "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, 8, true>(tensorrt_llm::kernels::ar_fusion::AllReduceFusionParams<__nv_bfloat16>)",
     "routing": "_combined_routing_compute",
 }
 _CUDA.update({
@@ -358,7 +360,32 @@ def _mark_parts(ops: list[Op]) -> None:
         ops[j].part = "mlp" if types[j] != "ELEMENTWISE" or j < len(ops) - 1 or ops[j].key != "add" else ""
 
 
-def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int) -> tuple[list[Op], list[str]]:
+def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int, fused: bool = False) -> tuple[list[Op], list[str]]:
+    """The ops of one pass and its layers' types; ``fused``: each all-reduce fused with the norm
+    after it (``_fuse_allreduce``)."""
+    ops, kinds = _unfused_pass_ops(model, vendor, tp, stage, layers)
+    return (_fuse_allreduce(ops) if fused else ops), kinds
+
+
+#: the norms an all-reduce fuses with (all-reduce + residual add + RMSNorm in one kernel)
+_FUSES = {"norm", "add_norm", "final_norm"}
+
+
+def _fuse_allreduce(ops: list[Op]) -> list[Op]:
+    """TensorRT-LLM's and SGLang's all-reduce fusion: an all-reduce and the RMSNorm right after it
+    run as one kernel, which belongs where the norm does. The all-reduce after a layer's MLP so
+    becomes the next layer's input norm (the first layer's takes the embedding's), and the last
+    layer's becomes the model's final norm: the layers' boundaries move by one kernel."""
+    out: list[Op] = []
+    for op in ops:
+        if op.key in _FUSES and out and out[-1].key == "allreduce" and not out[-1].aux:
+            out[-1] = Op("ar_norm", layer=op.layer, part=op.part, stack=op.stack)
+        else:
+            out.append(op)
+    return out
+
+
+def _unfused_pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int) -> tuple[list[Op], list[str]]:
     ops = [Op("fill"), Op("positions")]
     if stage == "prefill":
         ops += [Op("kv_indices"), Op("fill")]
@@ -399,7 +426,8 @@ def _launch_modes(ops: list[Op], mode: str) -> np.ndarray:
     if mode == "graph":
         return np.zeros(n, np.int64)
     keys = [op.key for op in ops]
-    first, last = keys.index("embed"), len(keys) - 1 - keys[::-1].index("final_norm")
+    first = keys.index("embed")
+    last = max(j for j, op in enumerate(ops) if op.key == "final_norm" or op.key == "ar_norm" and op.layer is None)
     out = np.full(n, -1, np.int64)
     piece, splitting = 0, False
     for j in range(first, last + 1):
@@ -694,11 +722,12 @@ class KinetoWriter:
 
 def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: int = 1, prefill: int = 1, decode: int = 2,
              layers: int | None = None, seed: int = 0, ground_truth_spans: bool = False, modules: str | None = None,
-             graphs: str = "full") -> dict:
+             graphs: str = "full", fused_allreduce: bool = False) -> dict:
     """Write a synthetic Kineto trace to ``path`` (gzip when it ends in ``.gz``), atomically, and its
     ground truth to ``<stem>_truth.json``; return the truth. ``modules``: "none", "layers" (the
     decoder layers' spans; what ``ground_truth_spans`` asks for) or "tree" (every module's);
-    ``graphs``: one of ``GRAPHS``."""
+    ``graphs``: one of ``GRAPHS``; ``fused_allreduce``: each all-reduce fused with the RMSNorm
+    after it (tp > 1)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
     if vendor not in VENDORS:
@@ -720,7 +749,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     passes = []
     for index in range(prefill + decode):
         stage = "prefill" if index < prefill else "decode"
-        ops, kinds = _pass_ops(model, vendor, tp, stage, depth)
+        ops, kinds = _pass_ops(model, vendor, tp, stage, depth, fused_allreduce and tp > 1)
         passes.append(w.write_pass(index, stage, ops, kinds, graphs))
     data = orjson.dumps(w.document())
     path = Path(path)
@@ -730,7 +759,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     m = MODELS[model]
     truth = {
         "path": str(path), "model": model, "vendor": vendor, "tp": tp, "seed": seed, "spans": modules != "none",
-        "modules": modules, "graphs": graphs,
+        "modules": modules, "graphs": graphs, "fused_allreduce": fused_allreduce and tp > 1,
         "layer_class": f"{m.cls}DecoderLayer" if modules == "layers" else m.tree.layer,
         # each stack's layer class and its layers in a pass that runs it (the vision tower: prefill only)
         "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.vision_tree.layer, "layers": m.vision}] if m.vision else []),
@@ -771,6 +800,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spans", action="store_true", help="add nn.Module DecoderLayer spans to eager passes (--modules layers)")
     p.add_argument("--modules", choices=MODULES, default=None,
                    help="nn.Module spans around eager ops: none, the decoder layers, or the whole module tree")
+    p.add_argument("--fused-allreduce", action="store_true",
+                   help="with --tp > 1: each all-reduce fused with the RMSNorm after it (TensorRT-LLM / SGLang all-reduce fusion)")
     p.add_argument("--workload", choices=("inference", "training", "hpc"), default="inference",
                    help="LLM serving (default), training steps of a small Llama (forward and backward passes), "
                         "or an HPC stencil code with no layers (--layers, --steps, --seed, --modules apply)")
@@ -796,7 +827,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         truth = generate(args.out, model=args.model, vendor=args.vendor, tp=args.tp, prefill=args.prefill,
                          decode=args.decode, layers=args.layers, seed=args.seed, ground_truth_spans=args.spans,
-                         modules=args.modules, graphs=args.graphs)
+                         modules=args.modules, graphs=args.graphs, fused_allreduce=args.fused_allreduce)
     except ValueError as e:
         raise LayercError(str(e)) from None
     t = truth["totals"]

@@ -34,6 +34,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage", choices=("prefill", "decode", "all"), default="all", help="only kernels of this stage")
     p.add_argument("--top-n", type=positive_int, default=15, metavar="N", help="rows of the top-kernels table (default 15)")
     p.add_argument("--num-layers", type=positive_int, metavar="N", help="the model's num_hidden_layers, to check each pass against")
+    p.add_argument("--model-config", type=input_path, metavar="config.json",
+                   help="the model's Hugging Face config.json: its num_hidden_layers (a VLM's text_config's) is the --num-layers check")
     p.add_argument("--kernel-tables", type=input_path, metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
     p.add_argument("--timing", action="store_true", help="report each trace pass's time on stderr")
     p.add_argument("--json", type=output_path, metavar="FILE", help="write the totals and the layers as JSON")
@@ -97,7 +99,28 @@ def analyze(args: argparse.Namespace) -> Analysis:
                     pass_stages(table, len(module.layers.layers_per_pass)))
 
 
+def config_layers(path: str) -> int:
+    """``num_hidden_layers`` of a Hugging Face config (a vision-language model's language model
+    keeps it in ``text_config``), a located error where it is missing or not a count."""
+    from layerc.grammar.config_files import read_json_config, shown
+
+    cfg = read_json_config(path)
+    for table in (cfg.doc, cfg.doc.get("text_config"), cfg.doc.get("llm_config")):
+        if isinstance(table, dict) and "num_hidden_layers" in table:
+            n = table["num_hidden_layers"]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise cfg.error(f"num_hidden_layers must be a whole number of 1 or more, not {shown(n)}", "num_hidden_layers")
+            return n
+    raise cfg.error("the config has no num_hidden_layers (at its top or in text_config) to check the layers against")
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "model_config", None):
+        from_config = config_layers(args.model_config)
+        if args.num_layers and args.num_layers != from_config:
+            sys.stderr.write(f"{args.trace}: warning: --num-layers {args.num_layers} but {args.model_config} says "
+                             f"{from_config}; checking against --num-layers\n")
+        args.num_layers = args.num_layers or from_config
     a = analyze(args)
     for w in a.layers.warnings:
         sys.stderr.write(f"{args.trace}: warning: {w}\n")
