@@ -67,8 +67,10 @@ def confidence(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray,
 
 def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray, name: np.ndarray,
                   start: np.ndarray) -> np.ndarray:
-    """Per pass: the share of its layers whose sequence of structural kernel names another layer
-    of the pass has too (each sequence hashed: a polynomial over the names, in start order)."""
+    """Per pass: the share of its layers whose sequence of structural kernel types another layer
+    of the pass has too (each sequence hashed: a polynomial over the types, in start order).
+    Types, not names: the first layer's norm is another template (no residual yet), and a
+    shallow model's layers would otherwise repeat nothing."""
     sel = np.nonzero((layer >= 0) & STRUCTURAL[kind])[0]
     out = np.zeros(n)
     if not len(sel):
@@ -82,7 +84,7 @@ def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarr
     j = np.arange(len(sel)) - heads[np.cumsum(opens) - 1]  # position within the layer
     powers = np.cumprod(np.r_[np.uint64(1), np.full(int(j.max()), np.uint64(1_000_003), np.uint64)], dtype=np.uint64)
     with np.errstate(over="ignore"):
-        terms = (name[sel].astype(np.uint64) + np.uint64(1)) * powers[j]
+        terms = (kind[sel].astype(np.uint64) + np.uint64(1)) * powers[j]
         sig = np.add.reduceat(terms, heads) ^ (np.diff(np.r_[heads, len(sel)]).astype(np.uint64) << np.uint64(48))
     q = pass_of[sel][heads]
     _, which, counts = np.unique(np.stack([q, sig.view(np.int64)]).T, axis=0, return_inverse=True, return_counts=True)

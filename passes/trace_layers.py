@@ -136,6 +136,41 @@ def _shortest_unit(tokens: np.ndarray, gaps: np.ndarray, best: int, score: float
     return best, score
 
 
+def layer_period(tokens: np.ndarray, kind: np.ndarray) -> tuple[int, float]:
+    """The period of a layer: ``find_period``'s, or the layer inside it where the period is a
+    whole forward pass of a shallow model (``_few_layers``; ``kind``: the kernels' types)."""
+    best, score = find_period(tokens)
+    return _few_layers(tokens, kind, best, score) if best else (best, score)
+
+
+def _few_layers(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) -> tuple[int, float]:
+    """A pass of few layers: its layers cover too little of it for their period to predict
+    nearly as well as the pass's own (passes repeat whole, or the stretch holds passes of
+    another kind too). The layer is then the unit of half the pass or
+    less that the pass holds two or more exact copies of in a row, covering half of it or more but
+    not all (a pass runs more than its layers; the most copies, the shorter on a tie), and a layer-like sequence (three distinct kernels,
+    one of them once) that runs attention or MoE kernels, whose once-only kernels the pass's unit
+    runs more than once (a layer's attention kernel recurs in its pass); else the pass's period
+    stands."""
+    found, cover = best, 0
+    order = np.argsort(tokens, kind="stable")  # the gaps between repeats of a kernel, as find_period has them
+    repeat = tokens[order][1:] == tokens[order][:-1]
+    gaps = np.bincount(np.diff(order)[repeat], minlength=best // 2 + 1)[: best // 2 + 1]
+    for q in np.nonzero(gaps[3:])[0].__add__(3).tolist():
+        match = tokens[q:] == tokens[:-q]
+        at = _longest_match_run(match)
+        run = int(np.argmin(np.r_[match[at:], False]))  # the length of that stretch of matches
+        copies = 1 + (run + 1) // q  # the first layer's kernel at the seam may differ (a norm without residual)
+        names, counts = np.unique(tokens[at : at + q], return_counts=True)
+        # the copies leave room in the pass's unit for what a pass runs besides its layers
+        if 2 <= copies and best / 2 <= copies * q < best and copies > cover and len(names) >= 3 and (counts == 1).any():
+            window = tokens[at : at + best]
+            layer_like = bool(np.isin(kind[at : at + q], [ATTENTION, MOE]).any())
+            if layer_like and all(int((window == x).sum()) >= 2 for x in names[counts == 1].tolist()):
+                found, cover = q, copies
+    return (found, float(np.mean(tokens[found:] == tokens[:-found]))) if found != best else (best, score)
+
+
 @dataclass(frozen=True)
 class _Pass:
     """One pass's kernels in launch order, with what the strategies look at."""
@@ -170,13 +205,18 @@ def _longest_match_run(match: np.ndarray) -> int:
 def _phase(p: _Pass, s: int, period: int) -> int:
     """Offset in the unit ``[s, s + period)`` where a layer starts: the input norm before the
     unit's first attention kernel (a layer-start norm when the tables know one; else the first
-    kernel after the heavy kernel, and its residual add, that ends the layer before)."""
+    kernel after the heavy kernel, and its residual add, that ends the layer before). Where the
+    unit is a whole forward pass (its first attention kernel recurs in it: a shallow model), the
+    walk starts from that kernel's second run, so that it meets the layer before, never the
+    previous pass's final norm and lm_head."""
     unit = np.arange(s, s + period)
     kind = p.kind[unit]
     first = np.nonzero(kind == ATTENTION)[0]
     if not len(first):
         first = np.nonzero(kind == MOE)[0]
     a = int(first[0]) if len(first) else 0
+    again = np.nonzero(p.token[unit] == p.token[unit[a]])[0] if len(first) else first
+    a = int(again[1]) if len(again) >= 2 else a
     back = [(a - d) % period for d in range(1, period)]
     if p.start_flag[unit].any():
         found = _input_norm(p, (unit[j] for j in back), p.start_flag)
@@ -243,14 +283,40 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
     Noise kernels (fills, copies, unknown kernels in some layers only) would break the period:
     it is found on the structural kernels, and the noise joins the layer it falls inside.
     ``eager``: the pass may hold several forward passes back to back (not one graph replay), so
-    a long idle gap between two layers ends one."""
-    found = find_period(p.token)
+    a long idle gap between two layers ends one; where the stretch as a whole shows no period
+    (a shallow model whose prefill and decode passes differ), each forward pass between the
+    idle gaps is looked at alone (kept where two or more of them show layers, as many in each:
+    forward passes of one model; a repeat here and there is no stack of forward passes)."""
+    got = _one_stretch(p, eager)
+    breaks = _idle_breaks(p) if eager and not (got[0] >= 0).any() else np.zeros(0, np.int64)
+    if not len(breaks):
+        return got
+    layer, run = np.full(len(p.token), -1, np.int64), np.zeros(len(p.token), np.int64)
+    periods, base, counts = [], 0, set()
+    for a, b in zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(p.token)].tolist()):
+        keep = np.zeros(len(p.token), bool)
+        keep[a:b] = True
+        part, part_run, period, score = _one_stretch(p.take(keep), False)
+        layer[a:b], run[a:b] = part, base + part_run
+        base += int(part_run.max()) + 1 if b > a else 0
+        if period and (part >= 0).any():
+            periods.append((period, score * (b - a)))
+            counts.add(len(np.unique(part[part >= 0])))
+    if len(periods) < 2 or len(counts) > 1:
+        return got
+    period = Counter(q for q, _ in periods).most_common(1)[0][0]
+    return layer, run, period, sum(w for _, w in periods) / len(p.token)
+
+
+def _one_stretch(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """``motif_layers`` on the whole of ``p``."""
+    found = layer_period(p.token, p.kind)
     if found[1] >= CLEAN:  # the noise does not hide the period
         return _motif_layers(p, eager, found)
     keep = structural(p, found[0] if found[1] >= 0.35 else 0)
     if keep.all():
         return _motif_layers(p, eager, found)
-    layer, run, period, score = _motif_layers(p.take(keep), eager, find_period(p.token[keep]))
+    layer, run, period, score = _motif_layers(p.take(keep), eager, layer_period(p.token[keep], p.kind[keep]))
     return *_noise_back(layer, run, keep), period, score
 
 
@@ -613,7 +679,17 @@ def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bo
         results[name] = _by_strategy(columns, pass_of, name, merge)
         if name == "motif" and strategy == "auto" and results[name].confidence >= 0.8:
             break
-    return max(results.values(), key=lambda r: r.confidence)
+    if len(results) == 1:
+        return next(iter(results.values()))
+    # the motif where the measure reported (time the layers hold, layers that repeat) trusts it,
+    # else the more trusted: a strategy that misses a stack (a backward pass, a vision tower)
+    # holds less of the time
+    k = columns.kernels
+    trust = {}
+    for name, r in results.items():
+        n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
+        trust[name] = evidence.confidence(r.layer, r.pass_of, n, columns.cls.type, k.name, k.start, k.end, np.zeros(n, bool))
+    return results["motif" if trust["motif"] >= evidence.CONFIDENT or trust["motif"] >= trust["boundary"] else "boundary"]
 
 
 def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool) -> LayerResult:

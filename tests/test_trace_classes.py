@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from layerc.grammar.traces import read_trace
-from layerc.ir.trace import Modules
+from layerc.ir.trace import Annotations, Modules
 from layerc.passes.trace_layers import detect_layers
 from layerc.tools import gen_trace, gen_trace_workloads
 from layerc_cli import run_layerc
@@ -127,6 +131,10 @@ def test_training_iterations_are_steps_not_layers(tmp_path, modules):
         steps = [r.steps[q] for q, n in enumerate(r.layers_per_pass) if n]
         assert steps == [0, 0, 1, 1, 2, 2]
     assert truth["totals"]["layers"] == 24
+    unstepped = read_trace(path)  # a loop profiled without a schedule records no ProfilerStep
+    unstepped.annotations = Annotations.empty()
+    for strategy in ("auto", "motif"):
+        assert _counts(detect_layers(unstepped, strategy)) == [4] * 6  # the autograd thread's backward passes too
 
 
 def test_hpc_code_has_no_layers(tmp_path):
@@ -209,3 +217,21 @@ def test_long_kernel_names_are_shortened_in_pictures():
     assert len(la) <= KERNEL_LABEL and len(lb) <= KERNEL_LABEL and la != lb  # cut alike, told apart
     assert kernel_label({"kernel": "moe_matmul_ogs"}) == "moe_matmul_ogs"
     assert cijk.format("256x192x64") in _kernels_tooltip({"trace_kernels": [a]})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(sorted(gen_trace.MODELS)), vendor=st.sampled_from(gen_trace.VENDORS),
+       tp=st.sampled_from([1, 2, 8]), fused=st.booleans(), graphs=st.sampled_from(gen_trace.GRAPHS),
+       modules=st.sampled_from(gen_trace.MODULES), layers=st.integers(3, 9), prefill=st.integers(0, 2),
+       decode=st.integers(0, 3), seed=st.integers(0, 10_000), strip=st.booleans(), strategy=st.sampled_from(["auto", "motif"]))
+def test_any_mix_of_the_classes(tmp_path, model, vendor, tp, fused, graphs, modules, layers, prefill, decode, seed, strip, strategy):
+    """Any model, stack, TP, fusion, graph mode and module spans: the exact layers of every pass."""
+    assume(prefill + decode > 0)
+    path = Path(tempfile.mkdtemp(dir=tmp_path)) / "t.json.gz"  # a fresh file per example
+    truth = gen_trace.generate(path, model=model, vendor=vendor, tp=tp, layers=layers, prefill=prefill, decode=decode, seed=seed,
+                               modules=modules, graphs=graphs, fused_allreduce=fused)
+    trace = read_trace(path)
+    if strip:
+        trace.modules = Modules.empty()
+    r = detect_layers(trace, strategy)
+    assert _counts(r) == [p["layers"] for p in truth["passes"]]
