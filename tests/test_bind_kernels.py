@@ -27,6 +27,7 @@ from layerc.passes.pipeline import build_pipeline
 from layerc.passes.select_graph import SelectGraph
 from layerc.passes.slicing import SliceLayer
 from layerc.passes.tag_weights import TagWeights
+from layerc.passes.trace_layers import detect_layers
 from layerc.tools import gen_dump
 from layerc.tools.gen_kernels import generate
 
@@ -201,6 +202,14 @@ def test_bind_kernels_runs_from_pipeline_text(generated):
         p.apply(ctx, module)
     summary = module.graphs[0].meta["trace_summary"]
     assert summary["replay"] == 1 and summary["bound_kernels"] > 0
+    # the same strategies as trace, replay and perfetto (layer --trace --strategy)
+    for strategy in ("motif", "boundary"):
+        module, ctx = load(str(d)), Context()
+        for p in build_pipeline(text.replace("replay=1}", f"replay=1 strategy={strategy}}}")):
+            p.apply(ctx, module)
+        assert module.graphs[0].meta["trace_summary"]["strategy"] == detect_layers(trace, strategy).strategy
+    with pytest.raises(LayercError, match="strategy must be one of"):
+        BindKernels(strategy="nearest")
 
 
 def test_bad_options_and_traces_are_clear_errors(generated, tmp_path):

@@ -9,10 +9,14 @@ ns, as ``read_kineto`` reads them) its true ``layer`` (None outside the decoder 
 Models: ``deepseek_v3`` (61 layers, the first 3 MLA + dense FFN, the rest MLA + MoE; fp8 GEMMs
 with per-token-group quantisation; shared experts on an auxiliary stream), ``grok2`` (64 layers
 of MHA + MoE whose ``fused_dual_residual_rmsnorm_kernel`` fires twice per block, before attention
-and before the MoE, so a naive detector sees 128 half layers), ``llama`` (32) and ``qwen3`` (36,
-with per-head q/k norms). ``tp > 1`` adds an all-reduce after attention and after the FFN/MoE of
+and before the MoE, so a naive detector sees 128 half layers), ``llama`` (32), ``qwen3`` (36,
+with per-head q/k norms), ``gpt_oss`` (36; vLLM's ``TransformerBlock`` holding an ``MLPBlock``;
+TensorRT-LLM-gen MXFP4 ``bmm_*`` expert GEMMs on CUDA, Triton ``_matmul_ogs_*`` on ROCm) and
+``vlm`` (two stacks: a 24-block ViT tower in prefill passes, then a 28-layer language model).
+``tp > 1`` adds an all-reduce after attention and after the FFN/MoE of
 every layer (inside the layer), one after the vocab-parallel embedding and an all-gather of the
 logits; eager (prefill) passes use NCCL/RCCL, graph-replayed decode passes the custom all-reduce.
+``fused_allreduce`` fuses each all-reduce with the RMSNorm after it (the layers' boundaries move).
 
 Vendors: ``cuda`` (SGLang/vLLM/TRT-LLM on NVIDIA: nvjet / cuBLAS / DeepGEMM GEMMs, flashinfer and
 FlashMLA attention, ``fmhaSm90`` for grok2, flashinfer norms, triton MoE, NCCL) and ``rocm``
@@ -25,15 +29,19 @@ Passes: ``prefill`` eager passes (per kernel a ``cpu_op`` with a ``cudaLaunchKer
 ``ac2g`` flow, and the ``External id`` on all three), then ``decode`` passes, each one graph replay:
 one ``cudaGraphLaunch``/``hipGraphLaunch`` whose correlation every kernel of the pass shares.
 Each pass: input fills/copies and the embedding, the layers, then final norm, lm_head and sampling.
-``ground_truth_spans=True`` adds ``python_function`` ``nn.Module: <Class>DecoderLayer_<i>`` spans
-around each layer's launches in eager passes (graph replays have no Python context).
+``graphs`` makes the decode passes eager, or every pass (or the prefill passes only) piecewise:
+graph pieces split at attention, which is launched eagerly between them (``GRAPHS``).
+``modules="layers"`` (``ground_truth_spans=True``) adds ``python_function``
+``nn.Module: <Class>DecoderLayer_<i>`` spans around each layer's launches in eager passes (graph
+replays and compiled pieces have no Python context); ``modules="tree"`` the whole module tree.
+Training steps and an HPC code: ``gen_trace_workloads``.
 
 Truth layer membership follows the module: a layer's kernels are those its ``DecoderLayer``
 forward launches, so the all-reduce after its FFN belongs to it, and the embedding, final norm,
 lm_head and sampling kernels to none.
 
-Usage (to be wired as ``layerc gen-trace``): ``gen_trace OUT.json.gz --model M --vendor V --tp N
-[--prefill P] [--decode D] [--layers L] [--seed S] [--spans]``.
+Usage: ``layerc gen-trace OUT.json.gz --model M --vendor V --tp N [--prefill P] [--decode D]
+[--layers L] [--seed S] [--graphs G] [--modules M] [--fused-allreduce] [--workload W]``.
 """
 
 from __future__ import annotations

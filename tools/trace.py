@@ -303,6 +303,13 @@ def show(a: Analysis, args: argparse.Namespace) -> None:
     con.print(f"[bold]{args.trace}[/]: {int(keep.sum()):,} kernels, {total / 1e6:,.3f} ms of kernel time; "
               f"{int(a.rows.sum())} layers by [bold]{lay.strategy}[/] (confidence {lay.confidence:.2f}"
               + (f", period {lay.period} kernels" if lay.period else "") + ")")
+    named = [s for s in lay.stacks if s["class"]]
+    if len(lay.stacks) > 1 or named:
+        con.print("stacks: " + "; ".join(
+            f"{s['class'] or 'kernel motif'} x{s['layers']}" + (f" in {s['parent']}" if s.get("parent") else "") for s in lay.stacks))
+    steps = sorted({q for q in lay.steps if q >= 0})
+    if len(steps) > 1:
+        con.print(f"training steps: {len(steps)} (ProfilerStep ranges); a pass never spans two")
 
     def share(mask: np.ndarray) -> tuple[str, str, str]:
         d = int(dur[mask].sum())
