@@ -25,14 +25,20 @@ def available() -> bool:
     return shutil.which("dot") is not None
 
 
-def render_dot(text: str, fmt: str = "png", *, dpi: int | None = None, timeout: float = RENDER_TIMEOUT_S) -> bytes:
-    """PNG or SVG bytes of ``text``; ``dpi`` sets a PNG's resolution (Graphviz's default 96)."""
+def render_dot(text: str, fmt: str = "png", *, dpi: int | None = None, timeout: float = RENDER_TIMEOUT_S,
+               max_px: int | None = None) -> bytes:
+    """PNG or SVG bytes of ``text``; ``dpi`` sets a PNG's resolution (Graphviz's default 96);
+    ``max_px``: a PNG drawing larger than this on either side is scaled down to fit (Graphviz's
+    ``size``), an SVG is drawn full size (it zooms)."""
     if fmt not in ("png", "svg"):
         raise LayercError(f"unsupported render format '{fmt}' (choose png or svg)")
     exe = shutil.which("dot")
     if exe is None:
         raise LayercError("Graphviz 'dot' is not installed (apt-get install graphviz)")
     cmd = [exe, f"-T{fmt}"] + ([f"-Gdpi={int(dpi)}"] if dpi and fmt == "png" else [])
+    if max_px and fmt == "png":
+        inches = max_px / (dpi or 96)
+        cmd.append(f"-Gsize={inches:.2f},{inches:.2f}")
     try:
         proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=timeout, check=False,
                               preexec_fn=_limit_memory)

@@ -37,6 +37,9 @@ __all__ = ["to_dot", "dot_text", "render", "friendly", "short_weight", "pretty_s
 FONT = "Helvetica"
 #: dpi of PNG output: crisp at 100% zoom without making a 150-node layer enormous.
 PNG_DPI = 120
+#: a layer's PNG is at most this many pixels on its long side (a larger drawing is scaled down;
+#: the SVG keeps full size, and the kernel labels are short, so a 200-node layer stays legible)
+PNG_MAX_PX = 4000
 RENDER_TIMEOUT_S = 120
 
 # -- op styles ----------------------------------------------------------------------------------
@@ -692,7 +695,7 @@ def render(doc: dict, fmt: str = "png", *, dpi: int = PNG_DPI, timeout: float = 
     """Run Graphviz ``dot`` on the layer's DOT text; returns the PNG or SVG bytes."""
     from layerc.backends.graphviz import render_dot
 
-    return render_dot(dot_text(doc), fmt, dpi=dpi, timeout=timeout)
+    return render_dot(dot_text(doc), fmt, dpi=dpi, timeout=timeout, max_px=PNG_MAX_PX)
 
 
 def main(argv: list[str] | None = None) -> int:

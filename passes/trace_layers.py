@@ -106,12 +106,16 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
         s = float(np.mean(tokens[p:] == tokens[:-p]))
         if s > score + 1e-9 or abs(s - score) < 1e-9 and p < best:
             best, score = p, s
-    # a multiple of the true period predicts as well: keep the smallest that does
+    # a multiple of the true period predicts as well: keep the smallest that does, and repeats
+    # whole somewhere (a unit's halves that differ in one kernel, ViT's attention and MLP halves
+    # between two LayerNorms, predict nearly as well where the rest of the pass matches neither)
     for d in range(2, 9):
         if best and best % d == 0 and best // d >= lo:
             q = best // d
-            s = float(np.mean(tokens[q:] == tokens[:-q]))
-            if s >= score - 0.01:
+            match = tokens[q:] == tokens[:-q]
+            s = float(np.mean(match))
+            at = _longest_match_run(match)
+            if s >= score - 0.01 and match[at : at + q].all() and len(match) >= at + q:
                 best, score = q, s
     return _shortest_unit(tokens, gaps, best, score)
 
@@ -378,7 +382,9 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     if not len(starts):
         return layer, run, period, score
     gaps = np.diff(starts)
-    typical = int(np.median(gaps)) if len(gaps) else period
+    # a layer's usual length: the median of the shorter half of the gaps (a shallow model's passes
+    # put a gap between passes after every other layer)
+    typical = int(np.median(gaps[gaps <= np.median(gaps)])) if len(gaps) else period
     natural = _natural_ends(p, starts)
     # A long gap ends a run (one forward pass, then the next) unless the layer's own norms say
     # it reaches the next start (a MoE layer after dense ones is longer, not a break).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -235,3 +236,47 @@ def test_any_mix_of_the_classes(tmp_path, model, vendor, tp, fused, graphs, modu
         trace.modules = Modules.empty()
     r = detect_layers(trace, strategy)
     assert _counts(r) == [p["layers"] for p in truth["passes"]]
+
+
+@pytest.mark.parametrize("name", ["hta_legacy_flows_a100.json.gz", "hta_simple_add_a100.json.gz", "hta_minitoy_mi250.json.gz",
+                                  "hta_triton_a100.json.gz"])
+def test_real_traces_without_layers_get_none(shared, name):
+    """HTA's training sample (a DLRM-like model: its iterations and MLP blocks repeat) and its
+    toy runs: no layer is invented, and the steps are counted where the profiler recorded them."""
+    path = shared / "data" / "traces" / "torch" / name
+    if not path.exists():
+        pytest.skip("shared data missing")
+    trace = read_trace(path)
+    for strategy in ("auto", "motif", "boundary"):
+        r = detect_layers(trace, strategy)
+        assert r.strategy == "none" and not (r.layer >= 0).any(), strategy
+    if name.startswith("hta_legacy"):
+        assert len({s for s in r.steps if s >= 0}) == 6  # ProfilerStep#1009..1014
+        assert len(r.layers_per_pass) >= 12  # each step's forward (main thread) and backward (autograd's) apart
+
+
+def test_a_large_layer_picture_fits_4000_pixels(tmp_path):
+    """Four DeepSeek layers drawn as one picture (183 nodes, the kernels' long hipBLASLt names
+    bound to them): labels are cut to the family and a hash, the PNG's long side is at most
+    4000 px, and the SVG keeps every full name in its tooltips."""
+    import io
+
+    from PIL import Image
+
+    from layerc.backends import layer_dot
+    from layerc.backends.graphviz import available
+    from test_layer_dot import layer_doc
+
+    if not available():
+        pytest.skip("no Graphviz")
+    doc = layer_doc("deepseek_v3", 5, kernels=True, span=4)
+    cijk = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT{}x{}x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0"
+    for n, k in enumerate(k for node in doc["nodes"] for k in node.get("trace_kernels") or []):
+        k["kernel"] = k["full_name"] = cijk.format(64 * (n % 7 + 1), 32 * (n % 5 + 1))
+    assert len(doc["nodes"]) >= 180
+    png = Image.open(io.BytesIO(layer_dot.render(doc, "png")))
+    assert max(png.size) <= layer_dot.PNG_MAX_PX
+    svg = layer_dot.render(doc, "svg").decode()
+    assert cijk.format(64, 32) in svg  # the full name, in a tooltip
+    labels = re.findall(r"⚡ (\S+) \(", layer_dot.dot_text(doc))
+    assert labels and all(len(x) <= layer_dot.KERNEL_LABEL for x in labels)
