@@ -50,6 +50,8 @@ WEAK[[TYPES.index("MEMORY"), TYPES.index("OTHER")]] = True
 SHORTER, LAYERS = 0.75, 4
 #: an idle gap this many times the pass's median gap, at least IDLE_NS and half its longest, ends an eager forward pass
 IDLE, IDLE_NS = 20.0, 20_000
+#: an idle wait this share of the longest may end a forward pass where more than a layer lies around it
+LOOSE = 0.2
 #: a period predicting this share of the whole sequence is taken as it is (no noise to set aside)
 CLEAN = 0.8
 #: a weak kernel name is structural when it appears in this share of the periods
@@ -144,7 +146,37 @@ def layer_period(tokens: np.ndarray, kind: np.ndarray) -> tuple[int, float]:
     """The period of a layer: ``find_period``'s, or the layer inside it where the period is a
     whole forward pass of a shallow model (``_few_layers``; ``kind``: the kernels' types)."""
     best, score = find_period(tokens)
-    return _few_layers(tokens, kind, best, score) if best else (best, score)
+    if not best:
+        return best, score
+    best, score = _whole_layer(tokens, kind, best, score)
+    return _few_layers(tokens, kind, best, score)
+
+
+def _repeats_whole(tokens: np.ndarray, q: int, copies: int = 3) -> bool:
+    """Whether the sequence holds ``copies`` copies of some unit of length ``q`` in a row (three:
+    two can meet by chance where one stack ends, a ViT block's MLP half beside the merger's MLP)."""
+    match = tokens[q:] == tokens[:-q]
+    at = _longest_match_run(match)
+    span = (copies - 1) * q
+    return len(match) >= at + span and bool(match[at : at + span].all())
+
+
+def _whole_layer(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) -> tuple[int, float]:
+    """A layer, not half of one: where the period never repeats whole (a ViT block's attention
+    and MLP halves between two LayerNorms differ in one kernel) but an attention kernel recurs
+    every two to four periods and that unit does repeat whole, the layer is that (the shortest
+    such)."""
+    if _repeats_whole(tokens, best):
+        return best, score
+    gaps = set()
+    for t in np.unique(tokens[kind == ATTENTION]).tolist():
+        where = np.nonzero(tokens == t)[0]
+        if len(where) >= 3:
+            gaps.add(int(np.median(np.diff(where))))
+    for gap in sorted(g for g in gaps if g > best and g % best == 0 and g <= 4 * best):
+        if _repeats_whole(tokens, gap):
+            return gap, float(np.mean(tokens[gap:] == tokens[:-gap]))
+    return best, score
 
 
 def _few_layers(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) -> tuple[int, float]:
@@ -389,7 +421,12 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     # A long gap ends a run (one forward pass, then the next) unless the layer's own norms say
     # it reaches the next start (a MoE layer after dense ones is longer, not a break).
     reaches = (natural[:-1] >= 0) & (natural[:-1] >= starts[1:] - 2)
-    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts)]
+    # A shorter idle wait ends one too where more than a layer's kernels lie between the starts
+    # (the last layer, the lm_head and sampling, the next inputs): a stall inside a pass (a host
+    # sync in a MoE layer) lies between two starts a layer apart.
+    loose = _idle_breaks(p, LOOSE) if eager else breaks
+    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts)
+                    | _between(loose, starts) & (gaps > typical) & ~reaches]
     run_of = np.cumsum(new_run) - 1
     ends = np.r_[starts[1:], n]
     last = np.r_[new_run[1:], True]
@@ -404,15 +441,15 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     return layer, run, period, score
 
 
-def _idle_breaks(p: _Pass) -> np.ndarray:
+def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
     """Positions of the kernels that start after the GPU sat idle far longer than between the
-    pass's kernels, and about as long as its longest wait (the host waited for one forward
-    pass's result before launching the next)."""
+    pass's kernels, and about as long as its longest wait (``of_longest`` of it: the host waited
+    for one forward pass's result before launching the next)."""
     idle = p.start[1:] - np.maximum.accumulate(p.end)[:-1]
     if not len(idle):
         return np.zeros(0, np.int64)
     # the waits between forward passes are alike and the longest; a stall inside one is shorter
-    limit = max(IDLE * float(np.median(np.maximum(idle, 0))), IDLE_NS, 0.5 * float(idle.max()))
+    limit = max(IDLE * float(np.median(np.maximum(idle, 0))), IDLE_NS, of_longest * float(idle.max()))
     return np.nonzero(idle >= limit)[0] + 1
 
 
