@@ -299,18 +299,23 @@ def _layer_starts(p: _Pass, anchor: int, period: int, breaks: np.ndarray) -> np.
     same = np.nonzero(p.short == p.short[anchor])[0]
     norm = np.nonzero(p.norm_like)[0]  # the first layer's norm may differ
     slack = max(2, d // 2)
-    out = []
     after = np.r_[0, breaks][np.searchsorted(breaks, hits, side="right")]  # the last break at or before each hit
-    for x, floor in zip(hits.tolist(), after.tolist()):
-        for pool in (same, norm):
-            lo, hi = np.searchsorted(pool, [max(x - d - slack, floor), x], side="left")
-            window = pool[lo:hi]
-            if len(window):
-                y = int(window[np.argmin(np.abs(window - (x - d)))])
-                if not out or y > out[-1]:
-                    out.append(y)
-                break
-    return np.array(out, np.int64)
+    lo, target = np.maximum(hits - d - slack, after), hits - d
+    # per hit, the nearest of the kernels named like the anchor and of the norms to where the
+    # anchor sits (the previous pass's final norm may be the anchor's kernel too, the first
+    # layer's own norm another template), inside [lo, hit); ties go to the anchor's name
+    y, dist = np.full(len(hits), -1, np.int64), np.full(len(hits), np.iinfo(np.int64).max, np.int64)
+    for pool in (same, norm):
+        if not len(pool):
+            continue
+        at = np.searchsorted(pool, target)
+        for cand in (pool[np.maximum(at - 1, 0)], pool[np.minimum(at, len(pool) - 1)]):
+            ok = (cand >= lo) & (cand < hits)
+            gap = np.abs(cand - target)
+            better = ok & (gap < dist)
+            y[better], dist[better] = cand[better], gap[better]
+    y = y[y >= 0]
+    return y[y > np.maximum.accumulate(np.r_[-1, y[:-1]])] if len(y) else y  # each after the one before
 
 
 def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray, int, float]:
@@ -353,6 +358,8 @@ def _one_stretch(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, int, fl
     if keep.all():
         return _motif_layers(p, eager, found)
     layer, run, period, score = _motif_layers(p.take(keep), eager, layer_period(p.token[keep], p.kind[keep]))
+    if not (layer >= 0).any() and found[1] >= 0.35:  # without the noise no period stands out: keep the one with it
+        return _motif_layers(p, eager, found)
     return *_noise_back(layer, run, keep), period, score
 
 
@@ -421,12 +428,11 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     # A long gap ends a run (one forward pass, then the next) unless the layer's own norms say
     # it reaches the next start (a MoE layer after dense ones is longer, not a break).
     reaches = (natural[:-1] >= 0) & (natural[:-1] >= starts[1:] - 2)
-    # A shorter idle wait ends one too where more than a layer's kernels lie between the starts
-    # (the last layer, the lm_head and sampling, the next inputs): a stall inside a pass (a host
-    # sync in a MoE layer) lies between two starts a layer apart.
+    # A shorter idle wait ends one too where it comes after the layer's own norms say the layer
+    # ended (after its last layer, the final norm, lm_head and sampling): a stall inside a pass
+    # (a host sync in a MoE layer) comes before the next layer's norm.
     loose = _idle_breaks(p, LOOSE) if eager else breaks
-    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts)
-                    | _between(loose, starts) & (gaps > typical) & ~reaches]
+    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts) | _after_end(loose, starts, natural)]
     run_of = np.cumsum(new_run) - 1
     ends = np.r_[starts[1:], n]
     last = np.r_[new_run[1:], True]
@@ -451,6 +457,16 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
     # the waits between forward passes are alike and the longest; a stall inside one is shorter
     limit = max(IDLE * float(np.median(np.maximum(idle, 0))), IDLE_NS, of_longest * float(idle.max()))
     return np.nonzero(idle >= limit)[0] + 1
+
+
+def _after_end(breaks: np.ndarray, starts: np.ndarray, natural: np.ndarray) -> np.ndarray:
+    """Per pair of consecutive layer starts: whether a break lies after the first layer's natural
+    end (``_natural_ends``; none where it is unknown), up to the second start."""
+    if not len(breaks) or len(starts) < 2:
+        return np.zeros(max(len(starts) - 1, 0), bool)
+    last = np.searchsorted(breaks, starts[1:], side="right") - 1  # the last break at or before the next start
+    b = breaks[np.maximum(last, 0)]
+    return (last >= 0) & (natural[:-1] >= 0) & (b > natural[:-1]) & (b > starts[:-1])
 
 
 def _between(breaks: np.ndarray, starts: np.ndarray) -> np.ndarray:
