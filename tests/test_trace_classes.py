@@ -224,13 +224,16 @@ def test_long_kernel_names_are_shortened_in_pictures():
 @given(model=st.sampled_from(sorted(gen_trace.MODELS)), vendor=st.sampled_from(gen_trace.VENDORS),
        tp=st.sampled_from([1, 2, 8]), fused=st.booleans(), graphs=st.sampled_from(gen_trace.GRAPHS),
        modules=st.sampled_from(gen_trace.MODULES), layers=st.integers(3, 9), prefill=st.integers(0, 2),
-       decode=st.integers(0, 3), seed=st.integers(0, 10_000), strip=st.booleans(), strategy=st.sampled_from(["auto", "motif"]))
-def test_any_mix_of_the_classes(tmp_path, model, vendor, tp, fused, graphs, modules, layers, prefill, decode, seed, strip, strategy):
-    """Any model, stack, TP, fusion, graph mode and module spans: the exact layers of every pass."""
+       decode=st.integers(0, 3), seed=st.integers(0, 10_000), strip=st.booleans(), strategy=st.sampled_from(["auto", "motif"]),
+       kineto=st.sampled_from(gen_trace.GENERATIONS))
+def test_any_mix_of_the_classes(tmp_path, model, vendor, tp, fused, graphs, modules, layers, prefill, decode, seed, strip, strategy,
+                                kineto):
+    """Any model, stack, TP, fusion, graph mode, module spans and Kineto generation: the exact
+    layers of every pass."""
     assume(prefill + decode > 0)
     path = Path(tempfile.mkdtemp(dir=tmp_path)) / "t.json.gz"  # a fresh file per example
     truth = gen_trace.generate(path, model=model, vendor=vendor, tp=tp, layers=layers, prefill=prefill, decode=decode, seed=seed,
-                               modules=modules, graphs=graphs, fused_allreduce=fused)
+                               modules=modules, graphs=graphs, fused_allreduce=fused, kineto=kineto)
     trace = read_trace(path)
     if strip:
         trace.modules = Modules.empty()

@@ -730,12 +730,14 @@ class KinetoWriter:
 
 def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: int = 1, prefill: int = 1, decode: int = 2,
              layers: int | None = None, seed: int = 0, ground_truth_spans: bool = False, modules: str | None = None,
-             graphs: str = "full", fused_allreduce: bool = False) -> dict:
+             graphs: str = "full", fused_allreduce: bool = False, kineto: str = "today") -> dict:
     """Write a synthetic Kineto trace to ``path`` (gzip when it ends in ``.gz``), atomically, and its
     ground truth to ``<stem>_truth.json``; return the truth. ``modules``: "none", "layers" (the
     decoder layers' spans; what ``ground_truth_spans`` asks for) or "tree" (every module's);
     ``graphs``: one of ``GRAPHS``; ``fused_allreduce``: each all-reduce fused with the RMSNorm
-    after it (tp > 1)."""
+    after it (tp > 1); ``kineto``: the generation whose names the trace uses (``GENERATIONS``)."""
+    if kineto not in GENERATIONS:
+        raise ValueError(f"kineto must be one of {', '.join(GENERATIONS)}, not {kineto!r}")
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
     if vendor not in VENDORS:
@@ -759,7 +761,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         stage = "prefill" if index < prefill else "decode"
         ops, kinds = _pass_ops(model, vendor, tp, stage, depth, fused_allreduce and tp > 1)
         passes.append(w.write_pass(index, stage, ops, kinds, graphs))
-    data = orjson.dumps(w.document())
+    data = orjson.dumps(as_generation(w.document(), kineto))
     path = Path(path)
     output_dir(path.parent)
     size = write_atomic(path, data)  # gzipped there when the name ends in .gz
@@ -767,7 +769,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     m = MODELS[model]
     truth = {
         "path": str(path), "model": model, "vendor": vendor, "tp": tp, "seed": seed, "spans": modules != "none",
-        "modules": modules, "graphs": graphs, "fused_allreduce": fused_allreduce and tp > 1,
+        "modules": modules, "graphs": graphs, "fused_allreduce": fused_allreduce and tp > 1, "kineto": kineto,
         "layer_class": f"{m.cls}DecoderLayer" if modules == "layers" else m.tree.layer,
         # each stack's layer class and its layers in a pass that runs it (the vision tower: prefill only)
         "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.vision_tree.layer, "layers": m.vision}] if m.vision else []),
@@ -786,6 +788,31 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     if (beside := truth_path(path)) is not None:
         write_atomic(beside, json.dumps(truth, indent=None, separators=(",", ":")) + "\n")
     return truth
+
+
+#: Kineto generations: today's category names; 2020-21's (``Kernel``, ``Memcpy``, ``Memset``,
+#: ``Runtime``, ``Operator``, whole-microsecond times); ROCm's runtime category (``hip_runtime``)
+GENERATIONS = ("today", "2021", "rocm-runtime")
+_GENERATION_NAMES = {
+    "2021": {"kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset", "cuda_runtime": "Runtime", "cpu_op": "Operator"},
+    "rocm-runtime": {"cuda_runtime": "hip_runtime"},
+}
+
+
+def as_generation(doc: dict, generation: str) -> dict:
+    """A trace document as an earlier Kineto generation (or ROCm's) wrote it: its category names
+    and, for 2021, timestamps in whole microseconds."""
+    names = _GENERATION_NAMES.get(generation)
+    if not names:
+        return doc
+    for e in doc["traceEvents"]:
+        if e.get("cat") in names:
+            e["cat"] = names[e["cat"]]
+        if generation == "2021":
+            for key in ("ts", "dur"):
+                if isinstance(e.get(key), float):
+                    e[key] = int(e[key])
+    return doc
 
 
 def truth_path(path: str | os.PathLike) -> Path | None:
@@ -810,6 +837,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="nn.Module spans around eager ops: none, the decoder layers, or the whole module tree")
     p.add_argument("--fused-allreduce", action="store_true",
                    help="with --tp > 1: each all-reduce fused with the RMSNorm after it (TensorRT-LLM / SGLang all-reduce fusion)")
+    p.add_argument("--kineto", choices=GENERATIONS, default="today",
+                   help="the Kineto generation whose category names (and time precision) the trace uses (default today)")
     p.add_argument("--workload", choices=("inference", "training", "hpc"), default="inference",
                    help="LLM serving (default), training steps of a small Llama (forward and backward passes), "
                         "or an HPC stencil code with no layers (--layers, --steps, --seed, --modules apply)")
@@ -835,7 +864,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         truth = generate(args.out, model=args.model, vendor=args.vendor, tp=args.tp, prefill=args.prefill,
                          decode=args.decode, layers=args.layers, seed=args.seed, ground_truth_spans=args.spans,
-                         modules=args.modules, graphs=args.graphs, fused_allreduce=args.fused_allreduce)
+                         modules=args.modules, graphs=args.graphs, fused_allreduce=args.fused_allreduce, kineto=args.kineto)
     except ValueError as e:
         raise LayercError(str(e)) from None
     t = truth["totals"]
