@@ -43,6 +43,8 @@ HEAVY_PER_LAYER = 2
 CONTAINER_SHARE = 0.8
 #: the most classes compared (a model has a few dozen module classes)
 MAX_CLASSES = 64
+#: an instance number longer than this is no module's (it would not fit the int64 columns)
+MAX_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -84,13 +86,13 @@ def _read(trace: Trace) -> _Table | None:
     m = trace.modules
     for i in range(len(m)):
         hit = _MODULE.match(trace.strings[int(m.name[i])] or "")
-        if hit:
+        if hit and len(hit.group(2)) <= MAX_DIGITS:
             rows.append((hit.group(1), int(hit.group(2)), int(m.start[i]), int(m.end[i]), int(m.tid[i])))
     if not rows:
         a = trace.annotations
         for i in np.nonzero(a.kind != ANNOTATION_GPU)[0].tolist():  # host ranges: launches happen inside them
             hit = _PATH.search(trace.strings[int(a.name[i])] or "")
-            if hit:
+            if hit and len(hit.group(2)) <= MAX_DIGITS:
                 rows.append((hit.group(1), int(hit.group(2)), int(a.start[i]), int(a.end[i]), int(a.tid[i])))
     if not rows:
         return None
