@@ -30,8 +30,8 @@ from typing import Iterator
 
 from layerc.ir.optree import BRANCH, OP, ROOT, ChainStep, KernelSite, OpNode, OpTree, Site
 from layerc.passes.kernel_calls import KernelCalls, KernelKind
-from layerc.passes.pyresolve import (ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Thunks, Unknown, Value,
-                                     _bind_exprs, cond_text, is_triton_jit, source_text)
+from layerc.passes.pyresolve import (ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Seq, Thunks, Unknown, Value,
+                                     _bind_exprs, cond_text, is_index, is_triton_jit, source_text)
 
 MAX_EXPAND_DEPTH = 24  #: nested containers
 MAX_TOUCH_DEPTH = 3  #: calls followed to see whether library code calls the model's modules
@@ -71,17 +71,11 @@ def annotation(cond: str, limit: int = 60) -> str:
 
 
 def call_label(call: ast.Call, limit: int = 70) -> str:
-    func = call.func.value if isinstance(call.func, ast.Subscript) and not _is_index(call.func) else call.func
+    func = call.func.value if isinstance(call.func, ast.Subscript) and not is_index(call.func) else call.func
     text = source_text(func)  # cached per node: a call is labelled at every place the tree reaches it
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return f"{text}()"
-
-
-def _is_index(sub: ast.Subscript) -> bool:
-    """``self.layers[i]`` (an index into modules) rather than ``kernel[grid]`` (a launch)."""
-    return not isinstance(sub.slice, (ast.Tuple, ast.Lambda)) and not (
-        isinstance(sub.slice, ast.Name) and sub.slice.id.lower().startswith("grid"))
 
 
 @dataclass(frozen=True)
@@ -208,10 +202,12 @@ class OpTracer:
     def resolve_call(self, call: ast.Call, frame: Frame) -> Callee:
         out = Callee()
         values = self.r.callees(call, frame)
-        if isinstance(call.func, ast.Subscript) and not _is_index(call.func):
+        if isinstance(call.func, ast.Subscript) and not is_index(call.func):
             for v in values:  # a Triton launch ``kernel[grid](...)``
                 out.kernels.append(self.table.triton(v.fn.name, v.fn.qualname))
             return out
+        # an ``nn.Sequential`` called runs each of its modules, in order
+        values = [x for v in values for x in (v.elems if isinstance(v, Seq) else [v])]
         for v in values:
             if isinstance(v, Obj):
                 out.modules.append(v)

@@ -20,6 +20,7 @@ from layerc.ir.optree import OpNode, OpTree, Site
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.kernel_calls import KernelKind, kernel_calls
 from layerc.passes.optrace import OpTracer, model_kernel_sites
+from layerc.passes.optrace_layers import check_layers
 from layerc.passes.pyresolve import ClassInfo, Resolver, check_module_size
 
 
@@ -90,6 +91,7 @@ class TraceOps(ModulePass):
         module.scope = scope
         tracer = OpTracer(resolver, kernel_calls(), scope)
         tree = tracer.build(entry)
+        check_layers(resolver, entry, tree)
         tree.warnings += resolver.warnings
         for w in resolver.warnings:
             ctx.warn(w)
@@ -125,6 +127,7 @@ def find_entry(resolver: Resolver, entry: str) -> ClassInfo:
         if not candidates:
             raise LayercError(f"no class {cls_name!r} in {sources.label} (packages {', '.join(resolver.packages)})",
                               sources.label)
+    found = []
     for name in candidates:
         mod = resolver.module(name)
         if mod is None:
@@ -133,7 +136,13 @@ def find_entry(resolver: Resolver, entry: str) -> ClassInfo:
         mod.tree  # a syntax error in the entry module (or one too large to parse) is the user's error: raise it
         ci = resolver.find_class(name, cls_name)
         if ci is not None:
-            return ci
+            found.append(ci)
+    if len(found) > 1:  # the same class name in several modules: which one is the user's to say
+        listed = "; ".join(f"{c.module.name}:{c.name} ({c.site.path}:{c.site.line})" for c in found)
+        raise LayercError(f"--entry {entry!r} is ambiguous: {len(found)} classes of that name ({listed}); "
+                          f"name one as module:Class", sources.label)
+    if found:
+        return found[0]
     mod = resolver.module(candidates[0])
     classes = {c.name: c for c in _module_classes(resolver, mod)} if mod is not None else {}
     close = difflib.get_close_matches(cls_name, list(classes), n=1)

@@ -75,6 +75,8 @@ MAX_CLASS_DEPTH = 64
 MAX_MODULE_TOKENS = 200_000
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _BUILTIN_SEQ = {"list", "tuple", "sorted", "reversed", "iter"}
+#: a dict's views, read as sequences (``for name, block in self.blocks.items()``)
+_VIEWS = ("items", "values", "keys")
 _MAPPING_GETTERS = ("__getitem__", "get", "pop", "setdefault")
 _MAPPING_BASES = ("dict", "OrderedDict", "collections.OrderedDict", "typing.OrderedDict", "UserDict")
 #: ``class Name(bases`` up to the next parenthesis: linear however many lines are left unclosed
@@ -442,6 +444,22 @@ def _target_bindings(t: ast.expr, value: ast.expr, cond: str, kind: str = "assig
                 yield el.value.id, Binding(kind, None, cond)
 
 
+def attr_name(e: ast.expr) -> str | None:
+    """The attribute name ``getattr``/``setattr`` are given: a string, or an f-string's template
+    (``f"layer_{i}"`` → ``layer_{}``: the attributes a loop sets, as one name that a loop gets)."""
+    if isinstance(e, ast.Constant) and isinstance(e.value, str):
+        return e.value
+    if isinstance(e, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in e.values)
+    return None
+
+
+def is_index(sub: ast.Subscript) -> bool:
+    """``self.layers[i]`` (an index into modules) rather than ``kernel[grid]`` (a launch)."""
+    return not isinstance(sub.slice, (ast.Tuple, ast.Lambda)) and not (
+        isinstance(sub.slice, ast.Name) and sub.slice.id.lower().startswith("grid"))
+
+
 # -- the resolver ----------------------------------------------------------------------------
 
 class Resolver:
@@ -699,6 +717,13 @@ class Resolver:
                     continue
                 me = args[0].arg
                 for stmt, cond in _walk_stmts(fi.node.body):
+                    call = stmt.value if isinstance(stmt, ast.Expr) else None
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "setattr"
+                            and len(call.args) == 3 and isinstance(call.args[0], ast.Name) and call.args[0].id == me):
+                        name = attr_name(call.args[1])  # ``setattr(self, f"layer_{i}", Layer())``
+                        if name is not None:
+                            out.setdefault(name, []).append((fi, Binding("assign", call.args[2], cond)))
+                        continue
                     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                         for t in targets:
@@ -1137,6 +1162,22 @@ class Resolver:
                     out += self.subscript(v, None, False, frame_for_module(v.cls.module))
         return out
 
+    def _view(self, values: list[Value], view: str) -> list[Value]:
+        """``d.items()``, ``d.values()``, ``d.keys()`` of a dict (an ``nn.ModuleDict``), as a
+        sequence: of (key, value) tuples, of values, or of keys."""
+        out = []
+        for v in values:
+            if isinstance(v, DictV):
+                keys = [Ext("builtins.str")]
+                vals = [x for _, xs in v.entries for x in xs]
+                if view == "values":
+                    out.append(Seq(vals))
+                elif view == "keys":
+                    out.append(Seq(keys))
+                else:
+                    out.append(Seq([Seq(keys + vals, [keys, vals])]))
+        return out
+
     def unpack(self, values: list[Value], index: int) -> list[Value]:
         out = []
         for v in values:
@@ -1151,15 +1192,19 @@ class Resolver:
         func = e.func
         if isinstance(func, ast.Name) and func.id == "super" and frame.fn is not None and frame.fn.cls is not None:
             return [SuperRef(frame.fn.cls, frame.self_obj)]
-        if isinstance(func, ast.Name) and func.id == "getattr" and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant):
+        if isinstance(func, ast.Name) and func.id == "getattr" and len(e.args) >= 2 and attr_name(e.args[1]) is not None:
             out = []
             for v in self.eval(e.args[0], frame):
-                out += known(self.attr(v, str(e.args[1].value)))
+                out += known(self.attr(v, attr_name(e.args[1])))
             if len(e.args) > 2:
                 out += self.eval(e.args[2], frame)
             return out or [Unknown(_short(e))]
         if isinstance(func, ast.Attribute) and func.attr in _MAPPING_GETTERS:
             got = self._mapping_get(func, e, frame)
+            if got:
+                return got
+        if isinstance(func, ast.Attribute) and func.attr in _VIEWS and not e.args:
+            got = self._view(self.eval(func.value, frame), func.attr)
             if got:
                 return got
         callees = self.eval(func, frame)
@@ -1181,9 +1226,23 @@ class Resolver:
             return got + self._pass_through(e, frame)
         if isinstance(c, Ext):
             last = c.qual.split(".")[-1]
+            if c.qual == "torch.nn.ModuleDict" and e.args:
+                got = [v for v in self.eval(e.args[0], frame) if isinstance(v, DictV)]
+                if got:
+                    return got
+            if c.qual == "torch.nn.Sequential":  # its modules as arguments (or one OrderedDict, or *a list)
+                args = [v for a in e.args for v in self.eval(a.value if isinstance(a, ast.Starred) else a, frame)]
+                mods = [x for v in args for x in (v.elems if isinstance(v, Seq) else
+                                                  [y for _, ys in v.entries for y in ys] if isinstance(v, DictV) else [v])]
+                return [Seq(dedupe(mods), None)]
             if c.qual in ("torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict") or (
                     c.qual.startswith("builtins.") and last in _BUILTIN_SEQ):
                 return [Seq(self.elements([v for a in e.args for v in self.eval(a, frame)]))]
+            if c.qual in ("builtins.enumerate", "builtins.zip") and e.args:
+                # one tuple per step: (index, element) or (element of each argument, ...)
+                columns = [self.elements(self.eval(a, frame)) for a in e.args]
+                items = ([[Ext("builtins.int")]] if last == "enumerate" else []) + columns
+                return [Seq([Seq(dedupe([v for col in items for v in col]), items)])]
             if c.qual in ("functools.partial", "builtins.staticmethod", "builtins.classmethod") and e.args:
                 return self.eval(e.args[0], frame)
             if last[:1].isupper():
@@ -1301,7 +1360,7 @@ class Resolver:
         """What a call invokes (not what it returns): ``self.mlp(...)`` → the module instance(s),
         ``self.forward_prepare(...)`` → the bound method, ``bmm_fp8(...)`` → ``Ext``."""
         func = call.func
-        if isinstance(func, ast.Subscript):  # ``kernel[grid](...)``: a Triton launch
+        if isinstance(func, ast.Subscript) and not is_index(func):  # ``kernel[grid](...)``: a Triton launch
             return [v for v in self.eval(func.value, frame) if isinstance(v, Fn) and is_triton_jit(v.fn)]
         return self.eval(func, frame)
 
