@@ -870,6 +870,17 @@ class Resolver:
             frame = Frame(None, mod)
             for b in self.globals_of(mod).get(name, []):
                 out += [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+            if not out:  # ``from .ops import *`` (chains of them): the name may come from there
+                for stmt in (self.tree(mod) or ast.Module(body=[])).body:
+                    if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+                        got = self.import_from(_import_base(stmt, mod), name)
+                        if known(got):
+                            out = got
+                            break
+            if any(isinstance(v, DictV) for v in out):  # a registry: what decorators put in it
+                regs = self._registrations(mod, name)
+                if regs:
+                    out.append(DictV(regs))
             if not out and name == "__name__":
                 out = [Unknown(mod.name)]
         finally:
@@ -1107,6 +1118,12 @@ class Resolver:
             mod = self.module(v.qual)
             if mod is not None and name in self.globals_of(mod):
                 return self.lookup_global(mod, name)
+            got = self.import_from(v.qual, name) if mod is not None else []  # star re-exports
+            if known(got):
+                return got
+            lazy = self._lazy_attr(mod, name) if mod is not None else []
+            if lazy:
+                return lazy
             return [self.module_value(f"{v.qual}.{name}")]
         if isinstance(v, Ext):
             return [Ext(f"{v.qual}.{name}")]
@@ -1161,6 +1178,61 @@ class Resolver:
                 if it is None:
                     out += self.subscript(v, None, False, frame_for_module(v.cls.module))
         return out
+
+    def _registrations(self, mod: SourceModule, name: str) -> list[tuple[object, list[Value]]]:
+        """The entries a decorator registry gets: ``@register("fast")`` on a function, where
+        ``register``'s body (its inner function) stores into the module's dict ``name``
+        (``REG[key] = fn``). Keys are the decorator's first argument where it is a constant.
+        Modules are read only where their text names the decorator."""
+        key = ("registrations", mod.name, name)
+        if key in self._global_cache:
+            return self._global_cache[key]  # type: ignore[return-value]
+        self._global_cache[key] = []  # type: ignore[assignment]
+        tree = self.tree(mod) or ast.Module(body=[])
+        factories = [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and any(
+            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
+            for s in ast.walk(f) if isinstance(s, ast.Assign) for t in s.targets)]
+        out: list[tuple[object, list[Value]]] = []
+        if factories:
+            rx = re.compile(r"@[\w.]*\b(?:" + "|".join(map(re.escape, factories)) + r")\b")
+            for top in self.packages:
+                for modname in self.sources.package_modules(top):
+                    src = self.sources.module(modname)
+                    if src is None or not rx.search(src.text):
+                        continue
+                    for node in ast.walk(self.tree(src) or ast.Module(body=[])):
+                        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            continue
+                        for d in node.decorator_list:
+                            call = d if isinstance(d, ast.Call) else None
+                            f = call.func if call is not None else d
+                            fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                            if fname in factories:
+                                k = call.args[0].value if call is not None and call.args and isinstance(call.args[0], ast.Constant) else None
+                                out.append((k, [Fn(self.func_info(node, src, None))]))
+        self._global_cache[key] = out  # type: ignore[assignment]
+        return out
+
+    def _lazy_attr(self, mod: SourceModule, name: str) -> list[Value]:
+        """A name a module hands out through its ``__getattr__`` (PEP 562 lazy exports): looked
+        up in the modules that function imports (``from . import impl``, ``from .impl import x``)."""
+        fn = next((s for s in (self.tree(mod) or ast.Module(body=[])).body
+                   if isinstance(s, ast.FunctionDef) and s.name == "__getattr__"), None)
+        if fn is None:
+            return []
+        for stmt in ast.walk(fn):
+            if isinstance(stmt, ast.ImportFrom):
+                base = _import_base(stmt, mod)
+                for a in stmt.names:
+                    target = f"{base}.{a.name}" if base else a.name
+                    got = self.import_from(target, name) if self.module(target) is not None else self.import_from(base, name)
+                    if known(got):
+                        return got
+            elif isinstance(stmt, ast.Import):
+                for a in stmt.names:
+                    if self.module(a.name) is not None and known(got := self.import_from(a.name, name)):
+                        return got
+        return []
 
     def _view(self, values: list[Value], view: str) -> list[Value]:
         """``d.items()``, ``d.values()``, ``d.keys()`` of a dict (an ``nn.ModuleDict``), as a
