@@ -60,6 +60,7 @@ class OpTraceModule:
     tracer: OpTracer | None = None
     validation: CrossValidation | None = None
     dynamic: object | None = None  #: ``optrace_dynamic.Agreement`` after ``profile-ops``
+    unresolved: list[str] = field(default_factory=list)  #: located warnings: calls the tree could not follow
 
     @property
     def source(self) -> str:
@@ -92,6 +93,7 @@ class TraceOps(ModulePass):
         tracer = OpTracer(resolver, kernel_calls(), scope)
         tree = tracer.build(entry)
         check_layers(resolver, entry, tree)
+        module.unresolved = unresolved_calls(tree)
         tree.warnings += resolver.warnings
         for w in resolver.warnings:
             ctx.warn(w)
@@ -107,6 +109,16 @@ class CrossValidateKernels(ModulePass):
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
         tree = module.need_tree(self.name)
         module.validation = cross_validate(tree, module.tracer)
+
+
+def unresolved_calls(tree: OpTree) -> list[str]:
+    """``file:line:col: warning: cannot resolve X``, once per call site the tree could not follow."""
+    out: dict[tuple, str] = {}
+    for node, _ in tree.root.walk():
+        if node.unresolved and node.site is not None:
+            s = node.site
+            out.setdefault((s.path, s.line, s.col), f"{s.path}:{s.line}:{s.col}: warning: cannot resolve {node.label.removesuffix('()')}")
+    return list(out.values())
 
 
 def find_entry(resolver: Resolver, entry: str) -> ClassInfo:

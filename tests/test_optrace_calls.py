@@ -130,3 +130,33 @@ def test_the_call_reaches_its_kernel(tmp_path, case):
     assert reached & {"torch.relu", "torch.tanh"}
     if case == "dict_registry":  # no config given: both entries, each a branch of the dict
         assert {"torch.relu", "torch.tanh"} <= reached
+
+
+UNRESOLVABLE = """
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.qkv_latent_func = fn
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.proj(x)
+        return self.qkv_latent_func(x)
+"""
+
+
+def test_an_unresolved_call_is_a_located_warning_and_werror_makes_it_an_error(tmp_path):
+    from layerc_cli import run_layerc
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.py").write_text(UNRESOLVABLE.lstrip("\n"))
+    rc, _, err = run_layerc("optrace", pkg, "--entry", "M", "-o", tmp_path / "r.md")
+    assert rc == 0 and "m.py:13:16: warning: cannot resolve self.qkv_latent_func" in err and "1 unresolved calls" in err
+    rc, _, err = run_layerc("optrace", pkg, "--entry", "M", "-o", tmp_path / "w.md", "--werror")
+    assert rc == 1 and "1 call(s) cannot be resolved (--werror)" in err and not (tmp_path / "w.md").exists()

@@ -36,6 +36,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="with --dynamic: the model type (llama, qwen3_moe, deepseek_v3, ...)")
     p.add_argument("--layers", type=int, default=2, metavar="N", help="with --dynamic: decoder layers of the tiny model (default 2)")
     p.add_argument("--min-agreement", type=float, metavar="PCT", help="with --dynamic: exit 1 when fewer aten ops agree")
+    p.add_argument("--werror", action="store_true", help="calls that cannot be resolved are errors (exit 1, nothing written)")
     p.add_argument("--timing", action="store_true", help="report each pass's time on stderr")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the op tree after each pass, to stderr")
     p.set_defaults(usage_error=p.error)
@@ -103,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(timing_report(manager.timings))
     for w in ctx.warnings:
         sys.stderr.write(f"layerc: warning: {w}\n")
+    for w in module.unresolved:
+        sys.stderr.write(w + "\n")
+    if args.werror and module.unresolved:
+        raise LayercError(f"{len(module.unresolved)} call(s) cannot be resolved (--werror); nothing written", sources.label)
 
     tree = module.tree
     # links are relative to where a report lands; from a stream (stdout, a FIFO) they are as from here
@@ -134,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(data)
     v = module.validation
     sys.stderr.write(f"layerc: {title}: {sum(1 for n, _ in tree.nodes() if n.kind == 'op')} op call sites, "
-                     f"{len(v.kernels)} kernels, {v.issues} cross-validation issues"
+                     f"{len(v.kernels)} kernels, {v.issues} cross-validation issues, {len(module.unresolved)} unresolved calls"
                      + (f"; dynamic agreement {module.dynamic.percent:.1f}% of {module.dynamic.total} aten ops"
                         if module.dynamic is not None else "") + "\n")
     if module.dynamic is not None and args.min_agreement is not None and module.dynamic.percent < args.min_agreement:
