@@ -262,6 +262,15 @@ class Trace:
             return link(_process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation))
         return link(k.correlation, l.correlation)
 
+    def kernel_host(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every kernel, the start and the thread of the host call that launched it (-1 where
+        no launch is recorded): where a kernel sits in the host's program order."""
+        launch = self.kernel_launch()
+        have = launch >= 0
+        when, tid = np.full(len(launch), NONE, np.int64), np.full(len(launch), NONE, np.int64)
+        when[have], tid[have] = self.launches.start[launch[have]], self.launches.tid[launch[have]]
+        return when, tid
+
     def launch_cpu_op(self) -> np.ndarray:
         """For every launch, the CPU op with the same External id, or -1."""
         return link(self.launches.external_id, self.cpu_ops.external_id)

@@ -38,7 +38,7 @@ def drop_unlayered(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndar
     inside = layer >= 0
     if not inside.any():
         return 0
-    per = _layers_per_pass(layer, pass_of, n).astype(float)
+    per = layers_per_pass(layer, pass_of, n).astype(float)
     count = lambda t: np.bincount(pass_of[inside & (kind == t)], minlength=n)  # noqa: E731
     like = (count(ATTENTION) >= per / 2) | (count(MOE) >= per / 2) | ((count(LINEAR) >= 2 * per) & (count(NORM) >= per / 2))
     drop = (per > 0) & ((per < 2) | ~like) & ~spanned
@@ -60,7 +60,7 @@ def confidence(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray,
     held = np.minimum(1.0, np.bincount(pass_of[inside], weights=dur[inside], minlength=n) / np.maximum(time, 1.0) / HELD)
     repeats = _repeat_share(layer, pass_of, n, kind, name, start)
     score = np.where(spanned, held, held * repeats)
-    has = _layers_per_pass(layer, pass_of, n) > 0
+    has = layers_per_pass(layer, pass_of, n) > 0
     total = float(time[has].sum())
     return round(float((time * score)[has].sum()) / total, 4) if total else 0.0
 
@@ -93,7 +93,8 @@ def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarr
     return np.bincount(q, weights=repeated.astype(float), minlength=n) / np.maximum(layers, 1)
 
 
-def _layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:
+def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:
+    """Distinct layers in each of ``n`` passes."""
     inside = layer >= 0
     if not inside.any():
         return np.zeros(n, np.int64)
@@ -117,6 +118,6 @@ def stacks(layer: np.ndarray, pass_of: np.ndarray, motif: np.ndarray | None, spa
     for m in np.unique(motif[found]).tolist():
         sel = found & (motif == m)
         stack[sel] = len(out)
-        out.append({"class": None, "parent": None, "layers": int(_layers_per_pass(np.where(sel, layer, -1), pass_of, n).max()),
+        out.append({"class": None, "parent": None, "layers": int(layers_per_pass(np.where(sel, layer, -1), pass_of, n).max()),
                     "offset": None})
     return stack, out

@@ -102,19 +102,15 @@ def _read(trace: Trace) -> _Table | None:
     return _Table(cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], cols[:, 4], names)
 
 
-def span_layers(trace: Trace, heavy: np.ndarray | None = None) -> Spans | None:
+def span_layers(trace: Trace, heavy: np.ndarray | None = None, host: tuple[np.ndarray, np.ndarray] | None = None) -> Spans | None:
     """Each kernel's layer span, by its launch; None when the trace names no layers.
     ``heavy``: per kernel, whether it is a GEMM, attention or MoE kernel (the tables' types);
-    without it every kernel counts."""
+    without it every kernel counts. ``host``: ``trace.kernel_host()``, where already made."""
     table = _read(trace)
     if table is None:
         return None
-    k = trace.kernels
-    launch = trace.kernel_launch()
-    have = launch >= 0
-    when, tid = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
-    when[have], tid[have] = trace.launches.start[launch[have]], trace.launches.tid[launch[have]]
-    heavy = np.ones(len(k), bool) if heavy is None else heavy
+    when, tid = host if host is not None else trace.kernel_host()
+    heavy = np.ones(len(trace.kernels), bool) if heavy is None else heavy
     repeated = [c for c in range(len(table.names)) if len(np.unique(table.inst[table.cls == c])) >= 2]
     repeated = sorted(repeated, key=lambda c: -int((table.cls == c).sum()))[:MAX_CLASSES]
     held = {c: _holding(table, table.cls == c, when, tid) for c in repeated}
@@ -165,17 +161,9 @@ def _outermost(table: _Table, candidates: list[int], held: dict[int, np.ndarray]
 
 def _nested(table: _Table, c: int, d: int) -> bool:
     """Whether most spans of class ``c`` lie inside a span of class ``d`` (same thread)."""
-    mine, outer = np.nonzero(table.cls == c)[0], np.nonzero(table.cls == d)[0]
-    hits = np.zeros(len(mine), bool)
-    for t in np.unique(table.tid[mine]).tolist():
-        o = outer[table.tid[outer] == t]
-        o = o[np.argsort(table.start[o], kind="stable")]
-        reach = np.maximum.accumulate(table.end[o]) if len(o) else o
-        m = np.nonzero(table.tid[mine] == t)[0]
-        j = np.searchsorted(table.start[o], table.start[mine[m]], side="right") - 1
-        ok = j >= 0
-        hits[m[ok]] = table.end[mine[m[ok]]] <= reach[j[ok]]
-    return bool(hits.mean() > 0.5)
+    mine = np.nonzero(table.cls == c)[0]
+    outer = _holding(table, table.cls == d, table.start[mine], table.tid[mine])  # the ``d`` span around each start
+    return bool(((outer >= 0) & (table.end[mine] <= table.end[np.maximum(outer, 0)])).mean() > 0.5)
 
 
 def _contains(inner: np.ndarray, outer: np.ndarray) -> bool:

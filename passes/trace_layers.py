@@ -37,8 +37,9 @@ from typing import Iterable
 import numpy as np
 
 from layerc.ir.trace import Kernels, Trace
-from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes import layer_evidence as evidence
+from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
+from layerc.passes.layer_strategies import STRATEGIES
 from layerc.passes.module_tree import Spans, span_layers
 from layerc.passes.trace_segments import kernel_steps, passes
 
@@ -60,8 +61,6 @@ HEAVY = np.zeros(len(TYPES), bool)
 HEAVY[[ATTENTION, MOE, LINEAR, COMMUNICATION]] = True
 _BINARY_ADD = re.compile(r"(?i)(?<!OnSelf_)add")  #: ``OnSelf`` adds are tensor-scalar (the norm's eps)
 ACTIVATION = re.compile(r"(?i)act_and_mul|silu|gelu|swiglu|relu")
-from layerc.passes.layer_strategies import STRATEGIES  # noqa: E402  (one place for the names)
-CONFIDENT = evidence.CONFIDENT
 
 
 @dataclass
@@ -97,9 +96,7 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
     n = len(tokens)
     if n < 2 * lo:
         return 0, 0.0
-    order = np.argsort(tokens, kind="stable")  # positions grouped by token, ascending
-    repeat = tokens[order][1:] == tokens[order][:-1]
-    gaps = np.bincount(np.diff(order)[repeat], minlength=n // 2 + 1)[: n // 2 + 1]
+    gaps = _repeat_gaps(tokens, n // 2)
     gaps[:lo] = 0
     best, score = 0, 0.0
     for p in np.argsort(-gaps, kind="stable")[:32].tolist():
@@ -114,12 +111,17 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
     for d in range(2, 9):
         if best and best % d == 0 and best // d >= lo:
             q = best // d
-            match = tokens[q:] == tokens[:-q]
-            s = float(np.mean(match))
-            at = _longest_match_run(match)
-            if s >= score - 0.01 and match[at : at + q].all() and len(match) >= at + q:
+            s = float(np.mean(tokens[q:] == tokens[:-q]))
+            if s >= score - 0.01 and _repeats_whole(tokens, q, copies=2):
                 best, score = q, s
     return _shortest_unit(tokens, gaps, best, score)
+
+
+def _repeat_gaps(tokens: np.ndarray, most: int) -> np.ndarray:
+    """How often each distance up to ``most`` separates two consecutive runs of one kernel."""
+    order = np.argsort(tokens, kind="stable")  # positions grouped by token, ascending
+    repeat = tokens[order][1:] == tokens[order][:-1]
+    return np.bincount(np.diff(order)[repeat], minlength=most + 1)[: most + 1]
 
 
 def _shortest_unit(tokens: np.ndarray, gaps: np.ndarray, best: int, score: float) -> tuple[int, float]:
@@ -189,10 +191,8 @@ def _few_layers(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) -
     runs more than once (a layer's attention kernel recurs in its pass); else the pass's period
     stands."""
     found, cover = best, 0
-    order = np.argsort(tokens, kind="stable")  # the gaps between repeats of a kernel, as find_period has them
-    repeat = tokens[order][1:] == tokens[order][:-1]
-    gaps = np.bincount(np.diff(order)[repeat], minlength=best // 2 + 1)[: best // 2 + 1]
-    for q in np.nonzero(gaps[3:])[0].__add__(3).tolist():
+    gaps = _repeat_gaps(tokens, best // 2)
+    for q in (np.nonzero(gaps[3:])[0] + 3).tolist():
         match = tokens[q:] == tokens[:-q]
         at = _longest_match_run(match)
         run = int(np.argmin(np.r_[match[at:], False]))  # the length of that stretch of matches
@@ -679,20 +679,23 @@ def detect_layers(
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     columns = _Columns.of(trace, cls)
     kind = columns.cls.type
-    pass_of = passes(trace, kind)
-    spans = span_layers(trace, np.isin(kind, [ATTENTION, MOE, LINEAR])) if strategy in ("auto", "ground-truth") else None
+    host = trace.kernel_host()  # once: passes, steps and spans all place kernels by their launch
+    step = kernel_steps(trace, host)
+    pass_of = passes(trace, kind, host, step)
+    spans = span_layers(trace, heavy_kernels(trace, columns.cls), host) if strategy in ("auto", "ground-truth") else None
     if strategy == "ground-truth":
         if spans is None:
             raise ValueError("the trace has no nn.Module or NVTX layer spans")
         share = float((spans.layer >= 0).mean())
         if share < 0.25:  # spans around a few layers do not decide
             raise ValueError(f"the nn.Module or NVTX layer spans hold {100 * share:.1f}% of the kernels; ground truth needs 25%")
-        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, kind)
+        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, kind, step)
     found = _by_kernels(columns, pass_of, strategy, merge)
-    return _finish(trace, found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns), spans, kind)
+    return _finish(trace, found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns), spans,
+                   kind, step)
 
 
-def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray) -> LayerResult:
+def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray, step: np.ndarray) -> LayerResult:
     """The layers as reported: kernel-found layers kept only where they look like layers (no
     layer structure is an answer), the stacks, the steps, the evidence and the warnings."""
     k = trace.kernels
@@ -710,7 +713,6 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray)
         r.warnings.append(f"the layers were found with low confidence ({r.confidence:.2f} < {evidence.CONFIDENT}): "
                           "check them with --strategy, --num-layers or module spans (with_modules=True)")
     r.stack, r.stacks = evidence.stacks(r.layer, r.pass_of, r.stack, spanned, spans)
-    step = kernel_steps(trace)
     _, first = np.unique(r.pass_of, return_index=True)
     r.steps = step[first].tolist() if len(first) == n else [-1] * n
     return mark_partial(r)
@@ -983,8 +985,4 @@ def by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
 
 def per_pass_counts(layer: np.ndarray, pass_of: np.ndarray) -> list[int]:
     """Distinct layers in each pass."""
-    n = int(pass_of.max()) + 1 if len(pass_of) else 0
-    inside = layer >= 0
-    width = int(layer.max()) + 1 if inside.any() else 1
-    pairs = np.unique(pass_of[inside] * width + layer[inside])
-    return np.bincount(pairs // width, minlength=n).tolist()
+    return evidence.layers_per_pass(layer, pass_of, int(pass_of.max()) + 1 if len(pass_of) else 0).tolist()

@@ -29,21 +29,23 @@ ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
-def passes(trace: Trace, kind: np.ndarray | None = None) -> np.ndarray:
+def passes(trace: Trace, kind: np.ndarray | None = None, host: tuple[np.ndarray, np.ndarray] | None = None,
+           step: np.ndarray | None = None) -> np.ndarray:
     """Per kernel, its pass (numbered in order of their first kernels). ``kind``: per kernel, its
-    type index (from the kernel tables); without it piecewise pieces stay apart."""
+    type index (from the kernel tables); without it piecewise pieces stay apart. ``host`` and
+    ``step``: ``trace.kernel_host()`` and ``kernel_steps``, where already made."""
     k = trace.kernels
     segment = _segments(trace)
     if kind is not None:
         segment = _join_pieces(segment, trace, kind)
-    launch = trace.kernel_launch()
-    tid = np.where(launch >= 0, trace.launches.tid[np.maximum(launch, 0)], -1) if len(trace.launches) else np.full(len(k), -1)
+    host = host if host is not None else trace.kernel_host()
+    tid = host[1]
     # a replay's kernels all come from its one launch; the pieces of a piecewise pass and the
     # attention between them are one pass whichever thread launched them
     replayed = trace.replayed()
     in_graph = np.isin(segment, np.unique(segment[replayed]))
     tid = np.where(in_graph, -1, tid)
-    step = kernel_steps(trace)
+    step = step if step is not None else kernel_steps(trace, host)
     if len(np.unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
         step = np.zeros(len(k), np.int64)
     group = _combine(_dense(k.device), _dense(segment), _dense(step))
@@ -129,8 +131,9 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     return out
 
 
-def kernel_steps(trace: Trace) -> np.ndarray:
-    """Per kernel, the training step (``ProfilerStep#N`` range) its launch falls in, or -1."""
+def kernel_steps(trace: Trace, host: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Per kernel, the training step (``ProfilerStep#N`` range) its launch falls in (its start
+    where no launch is recorded), or -1. ``host``: ``trace.kernel_host()``, where already made."""
     k, a = trace.kernels, trace.annotations
     out = np.full(len(k), -1, np.int64)
     if not len(a):
@@ -140,8 +143,8 @@ def kernel_steps(trace: Trace) -> np.ndarray:
     if not len(rows):
         return out
     rows = rows[np.argsort(a.start[rows], kind="stable")]
-    launch = trace.kernel_launch()
-    when = np.where(launch >= 0, trace.launches.start[np.maximum(launch, 0)], k.start) if len(trace.launches) else k.start
+    when = (host if host is not None else trace.kernel_host())[0]
+    when = np.where(when >= 0, when, k.start)
     j = np.searchsorted(a.start[rows], when, side="right") - 1
     ok = (j >= 0) & (when <= a.end[rows[np.maximum(j, 0)]])
     out[ok] = j[ok]

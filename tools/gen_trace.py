@@ -364,8 +364,9 @@ def _mark_parts(ops: list[Op]) -> None:
     for j in range(begin, out + 1):
         ops[j].part = "attention"
     mlp = out + 1 + (out + 1 < len(ops) and types[out + 1] == "NORM")
-    for j in range(mlp, len(ops)):
-        ops[j].part = "mlp" if types[j] != "ELEMENTWISE" or j < len(ops) - 1 or ops[j].key != "add" else ""
+    end = len(ops) - (ops[-1].key == "add")  # a closing residual add is the layer's own
+    for j in range(mlp, end):
+        ops[j].part = "mlp"
 
 
 def _pass_ops(model: str, vendor: str, tp: int, stage: str, layers: int, fused: bool = False) -> tuple[list[Op], list[str]]:

@@ -155,7 +155,7 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
     """The JSON document: totals, the decision, and one entry per layer."""
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
-    from layerc.passes.trace_layers import CONFIDENT
+    from layerc.passes.layer_evidence import CONFIDENT
 
     k, t = a.trace.kernels, a.table
     dur = (k.end - k.start).astype(np.int64)
