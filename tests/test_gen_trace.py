@@ -172,6 +172,14 @@ def test_bad_arguments(tmp_path):
                    {"model": "llama", "layers": 0}, {"model": "llama", "prefill": 0, "decode": 0}):
         with pytest.raises(ValueError):
             generate(tmp_path / "x.json", **kwargs)
+    for kwargs in ({"graphs": "some"}, {"modules": "all"}, {"kineto": "2019"}):
+        with pytest.raises(ValueError):
+            generate(tmp_path / "x.json", model="llama", **kwargs)
+    from layerc_cli import run_layerc
+
+    for flags in (["--workload", "hpc", "--steps", "0"], ["--graphs", "some"], ["--workload", "gpu"]):
+        rc, _, err = run_layerc("gen-trace", tmp_path / "y.json.gz", *flags)
+        assert rc == 2 and "error: argument" in err and not (tmp_path / "y.json.gz").exists()
 
 
 def test_cli(tmp_path, capsys):

@@ -59,7 +59,7 @@ import orjson
 
 from layerc.backends.outputs import companion, output_dir, write_atomic
 from layerc.ir.diagnostics import LayercError
-from layerc.tools.args import output_path
+from layerc.tools.args import output_path, positive_int
 
 VENDORS = ("cuda", "rocm")
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
@@ -843,7 +843,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", choices=("inference", "training", "hpc"), default="inference",
                    help="LLM serving (default), training steps of a small Llama (forward and backward passes), "
                         "or an HPC stencil code with no layers (--layers, --steps, --seed, --modules apply)")
-    p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps or HPC time steps (default 3)")
+    p.add_argument("--steps", type=positive_int, default=3, metavar="N", help="training steps or HPC time steps (default 3)")
     p.add_argument("--graphs", choices=GRAPHS, default="full",
                    help="CUDA graphs: full-graph decode (default), piecewise (split at attention) for every pass, "
                         "piecewise prefill with full-graph decode, or none")
