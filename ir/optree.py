@@ -38,10 +38,12 @@ class Site:
 
 @dataclass(frozen=True)
 class ChainStep:
-    """One call on the way from a kernel up to its op: what is called, and where."""
+    """One call on the way from a kernel up to its op: what is called, where, and the condition
+    it runs under where the configuration leaves one (``if config.q_lora_rank is not None``)."""
 
     label: str
     site: Site
+    cond: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ class KernelSite:
         return self.chain[0].site
 
     @property
+    def conditions(self) -> tuple[str, ...]:
+        """The conditions along the chain: the kernel runs only where they hold (empty: always)."""
+        return tuple(dict.fromkeys(s.cond for s in self.chain if s.cond))
+
+    @property
     def native(self) -> bool:
         """A PyTorch-native call (runs as aten ops), not a custom kernel library."""
         return self.family == "torch"
@@ -69,7 +76,8 @@ class KernelSite:
         return {
             "name": self.name, "target": self.target, "family": self.family, "category": self.category,
             "aten": list(self.aten),
-            "chain": [{"label": s.label, **s.site.to_dict()} for s in self.chain],
+            "chain": [{"label": s.label, **s.site.to_dict(), **({"cond": s.cond} if s.cond else {})} for s in self.chain],
+            **({"conditions": list(self.conditions)} if self.conditions else {}),
         }
 
 
@@ -135,6 +143,8 @@ class OpTree:
     root: OpNode
     scope: tuple[str, ...] = ()  #: module prefixes whose functions are expanded as model code
     warnings: list[str] = field(default_factory=list)
+    configuration: str = ""  #: the configuration branches were decided by ("": none, every branch kept)
+    pruned: int = 0  #: branches the configuration decided against
 
     def nodes(self) -> Iterator[tuple[OpNode, int]]:
         return self.root.walk()

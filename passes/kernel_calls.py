@@ -15,7 +15,7 @@ from importlib import resources
 
 from layerc.ir.diagnostics import LayercError
 
-_FAMILY_KEYS = {"name", "match", "short", "node", "skip", "aten"}
+_FAMILY_KEYS = {"name", "match", "short", "node", "skip", "aten", "platforms"}
 #: Longer qualified names are no kernel calls: real ones are under 100 characters, and a table
 #: pattern such as ``\w*ep\w*`` costs time quadratic in the name it is matched against.
 MAX_QUALNAME = 1000
@@ -29,6 +29,10 @@ class KernelKind:
     category: str
     node: bool  #: a custom kernel: an op of its own when model code calls it
     aten: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()  #: the only platforms it runs on (empty: any)
+
+    def runs_on(self, platform: str | None) -> bool:
+        return not platform or not self.platforms or platform in self.platforms
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class _Family:
     node: bool
     skip: frozenset[str]
     aten: dict[str, str]
+    platforms: tuple[str, ...]
 
 
 class KernelCalls:
@@ -50,7 +55,8 @@ class KernelCalls:
                 raise LayercError(f"{source}: family {i + 1}: needs name and match; unknown keys {sorted(unknown)}")
             self.families.append(_Family(
                 f["name"], re.compile(f["match"]), re.compile(f["short"]) if "short" in f else None,
-                bool(f.get("node", False)), frozenset(f.get("skip", ())), dict(f.get("aten", {}))))
+                bool(f.get("node", False)), frozenset(f.get("skip", ())), dict(f.get("aten", {})),
+                tuple(f.get("platforms", ()))))
         tensor = doc.get("tensor", {})
         self.tensor_methods = frozenset(tensor.get("methods", ()))
         self.no_aten = frozenset(tensor.get("no_aten", ()))
@@ -82,7 +88,7 @@ class KernelCalls:
                 return KernelKind(display, qual, fam.name, self.category(short), fam.node, aten)
             if short[:1].isupper():
                 return None  # a class or type of the library (``deep_ep.Buffer``), not a launch
-            return KernelKind(short, qual, fam.name, self.category(short), fam.node)
+            return KernelKind(short, qual, fam.name, self.category(short), fam.node, (), fam.platforms)
         return None
 
     def tensor_method(self, method: str) -> KernelKind | None:

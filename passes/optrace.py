@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from layerc.ir.optree import BRANCH, OP, ROOT, ChainStep, KernelSite, OpNode, OpTree, Site
@@ -90,8 +90,8 @@ class CallSite:
 
 def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
     """Every call a function body makes, in execution order (arguments before the call, so the
-    innermost call of an expression first). Nested function bodies and lambdas are left out:
-    they run when called, not here."""
+    innermost call of an expression first), with the ``if`` tests it runs under. Nested function
+    bodies and lambdas are left out: they run when called, not here."""
     out: list[CallSite] = []
 
     def expr(e: ast.AST, cond: str, tests: tuple) -> None:
@@ -115,6 +115,10 @@ def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
                 expr(s.test, cond, tests)
                 block(s.body, cond_text(s.test), tests + ((s.test, False),))
                 block(s.orelse, cond_text(s.test, negate=True), tests + ((s.test, True),))
+                if s.body and isinstance(s.body[-1], ast.Return) and not s.orelse:
+                    # what follows an ``if`` that returns runs only when its test is false (an
+                    # ``if`` that raises guards against an error: what follows is the normal path)
+                    cond, tests = cond_text(s.test, negate=True), tests + ((s.test, True),)
             elif isinstance(s, (ast.For, ast.AsyncFor)):
                 expr(s.iter, cond, tests)
                 block(s.body, cond, tests)
@@ -226,12 +230,28 @@ class OpTracer:
         if not (out.modules or out.ext_modules or out.functions or out.kernels) and isinstance(call.func, ast.Attribute):
             if all(isinstance(v, (Unknown, ExtObj)) or (isinstance(v, Ext) and v.qual.startswith("builtins.")) for v in values):
                 receivers = self.r.eval(call.func.value, frame)
+                out.kernels += self.library_methods(receivers, call.func.attr)
                 if not any(isinstance(v, (Obj,)) for v in receivers):
                     kind = self.table.tensor_method(call.func.attr)
                     if kind is not None:
                         out.kernels.append(kind)
                 if isinstance(call.func.value, ast.Name) and call.func.value.id == "self" and not out.kernels:
                     out.unresolved = True
+        platform = self.r.knowns.platform
+        if platform:  # kernels of libraries bound to another platform cannot run
+            out.kernels = [k for k in out.kernels if k.runs_on(platform)]
+        return out
+
+    def library_methods(self, receivers: list[Value], method: str) -> list[KernelKind]:
+        """A method of an object of a kernel library's class (``wrapper.run(...)`` on a
+        ``flashinfer...BatchMLAPagedAttentionWrapper``): a kernel call, named ``Class.method``.
+        PyTorch's own classes are left to the tensor-method table."""
+        out = []
+        for v in receivers:
+            if isinstance(v, ExtObj) and not method.startswith("_"):
+                kind = self.table.classify(f"{v.qual}.{method}")
+                if kind is not None and kind.family != "torch":
+                    out.append(replace(kind, name=f"{v.qual.rsplit('.', 1)[-1]}.{method}"))
         return out
 
     def narrow(self, func: ast.expr, objs: list[Obj], tests, frame: Frame) -> list[Obj]:
@@ -283,13 +303,17 @@ class OpTracer:
         try:
             frame = self.frame(fn)
             for cs in self.calls(fn):
-                step = ChainStep(call_label(cs.call), self.r.site(fn.fn.module, cs.call))
+                if cs.tests and self.r.excluded(cs.tests, frame):
+                    continue
+                cond = self.site_cond(cs, frame)
+                label, site = call_label(cs.call), self.r.site(fn.fn.module, cs.call)
                 found = self._call_hits(cs.call, frame)
                 self.merged += 1 + len(found)
-                for h in found:
-                    chain = h.chain + (step,)
+                for h, alt in found:
+                    chain = h.chain + (ChainStep(label, site, " and ".join(x for x in (cond, alt) if x)),)
                     old = hits.get(h.kind.target)
-                    if old is None or len(chain) < len(old.chain):
+                    # the chain kept is the least conditional, then the shortest
+                    if old is None or _chain_rank(chain) < _chain_rank(old.chain):
                         hits[h.kind.target] = _Hit(h.kind, chain)
         finally:
             self._busy.discard(key)
@@ -297,14 +321,24 @@ class OpTracer:
         self._kernels[key] = result
         return result
 
-    def _call_hits(self, call: ast.Call, frame: Frame) -> list[_Hit]:
+    def _call_hits(self, call: ast.Call, frame: Frame) -> list[tuple[_Hit, str]]:
+        """The kernels one call reaches, each with the condition of the callee alternative
+        that reaches it ("" for an unconditional one)."""
         c = self.resolve_call(call, frame)
-        out = [_Hit(k, ()) for k in c.kernels]
-        out += [_Hit(self.table.classify(m.qual), ()) for m in c.ext_modules]
+        out = [(_Hit(k, ()), "") for k in c.kernels]
+        out += [(_Hit(self.table.classify(m.qual), ()), m.cond) for m in c.ext_modules]
         for f in self.module_forwards(c.modules) + c.functions:
             self.merged += 1
-            out += self.kernel_hits(f)
+            out += [(h, f.cond) for h in self.kernel_hits(f)]
         return out
+
+    def site_cond(self, cs: CallSite, frame: Frame) -> str:
+        """The condition a call is marked with: as written with no configuration; else its
+        innermost ``if`` test that the configuration leaves undecided ("" when none is)."""
+        if not cs.tests or self.r.knowns.empty:
+            return cs.cond
+        live = self.r.consts.live_cond(cs.tests, frame)
+        return cond_text(*live) if live is not None else ""
 
     # -- does library code hand work back to the model's modules?
 
@@ -373,18 +407,21 @@ class OpTracer:
         op_site = node.site if node.kind == OP else None
         direct: list[KernelSite] = []
         for cs in calls:
-            sub, cond = cs.call, cs.cond
+            sub = cs.call
             site = self.r.site(fn.fn.module, sub)
             if self.examined > MAX_TREE_CALLS:  # the alternatives of earlier calls took it there
                 self._tree_full(site, call_label(sub))
                 break
+            if cs.tests and self.r.excluded(cs.tests, frame):
+                continue
+            cond = self.site_cond(cs, frame)
             c = self.resolve_call(sub, frame)
             if c.modules and cs.tests:
                 c.modules = self.narrow(sub.func, c.modules, cs.tests, frame)
             label = call_label(sub)
             for k in c.kernels:
                 if not k.node:
-                    direct.append(self.kernel_site(k, (ChainStep(label, site),), op_site, node))
+                    direct.append(self.kernel_site(k, (ChainStep(label, site, cond),), op_site, node))
             custom = [k for k in c.kernels if k.node]
             if custom:
                 leaf = OpNode(label, OP, site, annotation(cond), callee=custom[0].target)
@@ -424,7 +461,7 @@ class OpTracer:
             for h in self.kernel_hits(f):
                 if self.kernels_full(child.site):
                     break
-                child.kernels.append(self.kernel_site(h.kind, h.chain, child.site, child))
+                child.kernels.append(self.kernel_site(h.kind, h.chain, child.site, child, f.cond))
                 leaf_kernels += 1
         if len(expandable) == 1 and not leaf_kernels:
             self.expand(child, expandable[0], call, frame, stack + [expandable[0].fn.key])
@@ -457,15 +494,23 @@ class OpTracer:
                          "kernel call steps; the kernels of this op and of ops from here on are not listed")
         return True
 
-    def kernel_site(self, kind: KernelKind, chain: tuple[ChainStep, ...], op_site: Site | None, node: OpNode) -> KernelSite:
+    def kernel_site(self, kind: KernelKind, chain: tuple[ChainStep, ...], op_site: Site | None, node: OpNode,
+                    cond: str = "") -> KernelSite:
         """A kernel of ``node``: the chain ends at the op's call site (one step for a kernel
-        called at the op itself)."""
+        called at the op itself); ``cond``, the condition of the callee alternative that
+        reaches it, marks that step."""
         if op_site is not None:
             label = node.label if node.kind == OP else (chain[-1].label if chain else kind.name + "()")
             if not chain or chain[-1].site != op_site:
-                chain = chain + (ChainStep(label, op_site),)
+                chain = chain + (ChainStep(label, op_site, cond),)
+            elif cond and not chain[-1].cond:
+                chain = chain[:-1] + (ChainStep(chain[-1].label, op_site, cond),)
         self.kernel_steps += 1 + len(chain)
         return KernelSite(kind.name, kind.target, kind.family, kind.category, chain, kind.aten)
+
+
+def _chain_rank(chain: tuple[ChainStep, ...]) -> tuple[int, int]:
+    return (sum(1 for s in chain if s.cond), len(chain))
 
 
 def model_kernel_sites(tracer: OpTracer) -> list[tuple[KernelKind, Site, str]]:

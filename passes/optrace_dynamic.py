@@ -11,6 +11,12 @@ explains the whole stack: it ends in a leaf op (whose implementation may call an
 the node whose own function made the aten call. An op whose stack passes through model code
 the tree does not have, or ends in an unexplained call, does not agree.
 
+The check runs both ways on modules: every module class the run called (forward hooks) must be
+one the tree calls (``runtime_missing`` lists those it does not), and every module op of the
+tree the run never entered is listed (``never_called``), with whether the tree marks it
+conditional (a branch the configuration of the run did not take) or not (a tree error). The
+model runs with its default attention implementation (SDPA on CPU), as users run it.
+
 torch and transformers are imported only here, and only when the check runs.
 """
 
@@ -64,6 +70,8 @@ class Agreement:
     by_node: dict[int, Counter] = field(default_factory=dict)  #: id(node) → aten name counts
     disagreed: list[tuple[str, str]] = field(default_factory=list)  #: (aten op, where the walk stopped)
     config: dict = field(default_factory=dict)
+    runtime_missing: list[tuple[str, str]] = field(default_factory=list)  #: (class, module name): run, not in the tree
+    never_called: list[tuple[int, bool]] = field(default_factory=list)  #: (id(node), conditional): in the tree, not run
 
     @property
     def percent(self) -> float:
@@ -81,6 +89,10 @@ class Agreement:
             "per_op": [{"op": labels[k].label, "site": labels[k].site.to_dict() if labels[k].site else None,
                         "aten": dict(sorted(v.items()))} for k, v in self.by_node.items()],
             "disagreed": [{"aten": a, "where": w} for a, w in self.disagreed],
+            "runtime_modules_missing_from_tree": [{"class": c, "module": m} for c, m in self.runtime_missing],
+            "tree_ops_never_called": [{"op": labels[k].label, "conditional": cond,
+                                       "site": labels[k].site.to_dict() if labels[k].site else None}
+                                      for k, cond in self.never_called],
         }
 
 
@@ -97,8 +109,8 @@ class ProfileOps(ModulePass):
         tree = module.need_tree(self.name)
         given = ctx.inputs.get("model")  # a tool that built the model to find its source passes it on
         model, config = given if given is not None else build_profiled_model(self.arch, self.layers)
-        ops = profile(model)
-        module.dynamic = agree(tree, ops, self.arch, config)
+        ops, called = profile(model)
+        module.dynamic = agree(tree, ops, self.arch, config, called)
 
 
 def modeling_file(model) -> tuple[Path, str]:
@@ -109,15 +121,16 @@ def modeling_file(model) -> tuple[Path, str]:
 
 
 def build_profiled_model(arch: str, layers: int):
-    """A tiny random model of ``arch`` (see ``tools.export_hf``), attention and experts in
-    their eager implementations, so the Python that runs is the source the tree was built from."""
+    """A tiny random model of ``arch`` (see ``tools.export_hf``) with its default attention
+    implementation (what users run), and experts in their eager implementation where the model
+    offers one, so the Python that runs is the source the tree was built from."""
     from importlib.util import find_spec
 
     if find_spec("torch") is None or find_spec("transformers") is None:  # pragma: no cover - environment
         raise LayercError("optrace --dynamic needs the [torch] extra: pip install 'layerc[torch]'")
     from layerc.tools.export_hf import build_model
 
-    model = build_model(arch, layers)
+    model = build_model(arch, layers, attention=None)
     experts = "default"
     try:
         if model._can_set_experts_implementation():
@@ -125,13 +138,15 @@ def build_profiled_model(arch: str, layers: int):
             experts = "eager"
     except (AttributeError, ValueError):
         pass
-    config = {"arch": arch, "layers": layers, "attn_implementation": "eager", "experts_implementation": experts,
+    attention = getattr(model.config, "_attn_implementation", None) or "default"
+    config = {"arch": arch, "layers": layers, "attn_implementation": attention, "experts_implementation": experts,
               "dtype": "float32", "device": "cpu"}
     return model, config
 
 
-def profile(model, batch: int = 1, seq_len: int = 8) -> list[AtenOp]:
-    """One forward under ``torch.profiler`` with stacks; the top-level aten ops with their frames."""
+def profile(model, batch: int = 1, seq_len: int = 8) -> tuple[list[AtenOp], dict[str, list[str]]]:
+    """One forward under ``torch.profiler`` with stacks: the top-level aten ops with their
+    frames, and the modules called (class name → qualified names, in first-call order)."""
     import torch
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
@@ -164,7 +179,7 @@ def profile(model, batch: int = 1, seq_len: int = 8) -> list[AtenOp]:
             parent = parent.cpu_parent
         if not nested:
             ops.append(AtenOp(e.name, tuple(reversed(frames))))
-    return ops
+    return ops, names
 
 
 @contextmanager
@@ -231,6 +246,14 @@ class _Walker:
         self.chosen[frame.event] = node.children[pick]
         return node.children[pick]
 
+    def leaf_alternative(self, node: OpNode, frame: Frame) -> bool:
+        """Whether ``frame`` enters one of an op's callee alternatives that the tree did not
+        expand: the op has expanded alternatives (branches), and this is none of them."""
+        if frame.module_class or (frame.path, frame.line) not in self.sites(node):
+            return False
+        branches = [b for b in node.children if b.kind == BRANCH]
+        return bool(branches) and not any((frame.path, frame.line) in self.sites(b) for b in branches)
+
     def branch(self, node: OpNode, frame: Frame) -> OpNode:
         """An op whose callee has alternatives (``DeepseekV3MoE`` | ``DeepseekV3MLP``): the
         frame that enters one of them, or its module marker, picks the branch."""
@@ -262,6 +285,8 @@ class _Walker:
             child = self.child_for(node, parent_event, frame)
             if child is None and frame.module_class:
                 continue  # a module whose forward frame decides
+            if child is None and own and (frame.path, frame.line) in self.sites(node):
+                return node, ""  # one of the op's alternatives that is a leaf (``sdpa_attention_forward``)
             if child is None:
                 if self.in_model(frame.path):
                     return None, f"{frame.path}:{frame.line} {frame.func} (not a child of {node.label})"
@@ -270,6 +295,8 @@ class _Walker:
             node, parent_event, own = self.branch(child, frame), frame.event, bool(not frame.module_class)
             if frame.module_class and not node.callee_sites:
                 return node, ""  # an outside module (nn.Linear): a leaf
+            if node is child and self.leaf_alternative(node, frame):
+                return node, ""  # the op runs an alternative the tree keeps as a leaf (``sdpa_attention_forward``)
         if node is self.tree.root and not entered:
             return None, "outside the entry's forward"
         if not node.children or own:
@@ -277,9 +304,12 @@ class _Walker:
         return None, f"an unexplained call below {node.label}"
 
 
-def agree(tree: OpTree, ops: list[AtenOp], arch: str, config: dict | None = None) -> Agreement:
+def agree(tree: OpTree, ops: list[AtenOp], arch: str, config: dict | None = None,
+          called: dict[str, list[str]] | None = None) -> Agreement:
     walker = _Walker(tree)
     result = Agreement(arch, 0, 0, 0, config=dict(config or {}))
+    if called is not None:
+        result.runtime_missing, result.never_called = compare_modules(tree, called)
     model_ops = [op for op in ops if any(walker.in_package(f.path) for f in op.frames if not f.module_class)]
     result.total = len(model_ops)
     expected = {id(n): _expected_aten(n) for n, _ in tree.nodes()}
@@ -293,6 +323,27 @@ def agree(tree: OpTree, ops: list[AtenOp], arch: str, config: dict | None = None
         if op.name in expected[id(node)]:
             result.predicted += 1
     return result
+
+
+def compare_modules(tree: OpTree, called: dict[str, list[str]]) -> tuple[list[tuple[str, str]], list[tuple[int, bool]]]:
+    """Both ways: module classes the run called that no op of the tree calls (with the first
+    module name of each), and the tree's module ops whose classes never ran (with whether the
+    tree marks them conditional)."""
+    entry = tree.entry.rsplit(".", 1)[-1]
+    in_tree = {entry} | {c for n, _ in tree.nodes() for c in n.callee_classes}
+    missing = [(cls, names[0] if names else "") for cls, names in called.items() if cls not in in_tree]
+    never: list[tuple[int, bool]] = []
+
+    def visit(node: OpNode, conditional: bool) -> None:
+        conditional = conditional or bool(node.annotation)
+        if node.callee_classes and not any(c in called for c in node.callee_classes):
+            never.append((id(node), conditional))
+            return  # what it calls did not run either
+        for c in node.children:
+            visit(c, conditional)
+
+    visit(tree.root, False)
+    return missing, never
 
 
 def _expected_aten(node: OpNode) -> set[str]:

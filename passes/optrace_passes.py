@@ -21,6 +21,7 @@ from layerc.passes.base import Context, ModulePass
 from layerc.passes.kernel_calls import KernelKind, kernel_calls
 from layerc.passes.optrace import OpTracer, model_kernel_sites
 from layerc.passes.optrace_layers import check_layers
+from layerc.passes.pyconst import Knowns
 from layerc.passes.pyresolve import ClassInfo, Resolver, check_module_size
 
 
@@ -56,11 +57,13 @@ class OpTraceModule:
     sources: SourceSet
     entry: str  #: ``Class`` or ``package.module:Class``
     scope: tuple[str, ...] = ()  #: model-code module prefixes (default: the entry's package)
+    knowns: Knowns = field(default_factory=Knowns)  #: the configuration branches are decided by
     tree: OpTree | None = None
     tracer: OpTracer | None = None
     validation: CrossValidation | None = None
     dynamic: object | None = None  #: ``optrace_dynamic.Agreement`` after ``profile-ops``
     unresolved: list[str] = field(default_factory=list)  #: located warnings: calls the tree could not follow
+    pruned: int = 0  #: branches the configuration decided against
 
     @property
     def source(self) -> str:
@@ -86,7 +89,7 @@ class TraceOps(ModulePass):
     name: ClassVar[str] = "trace-ops"
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
-        resolver = Resolver(module.sources)
+        resolver = Resolver(module.sources, knowns=module.knowns)
         entry = find_entry(resolver, module.entry)
         scope = module.scope or (entry.module.name.rpartition(".")[0] or entry.module.name,)
         module.scope = scope
@@ -94,6 +97,8 @@ class TraceOps(ModulePass):
         tree = tracer.build(entry)
         check_layers(resolver, entry, tree)
         module.unresolved = unresolved_calls(tree)
+        module.pruned = tree.pruned = len(resolver.pruned)
+        tree.configuration = module.knowns.describe()
         tree.warnings += resolver.warnings
         for w in resolver.warnings:
             ctx.warn(w)

@@ -42,6 +42,7 @@ from typing import Iterable, Iterator
 from layerc.grammar.pysource import SourceModule, SourceSet, first_line, parse_expression
 from layerc.ir.diagnostics import LayercError, Location, ParseError, source_line_at
 from layerc.ir.optree import Site
+from layerc.passes.pyconst import MISSING, ConstEval, Knowns
 
 MAX_CALL_DEPTH = 6  #: nested function-return evaluations
 #: Nested evaluations, all kinds together (an alias of an attribute of a call's result...): real
@@ -78,12 +79,16 @@ _BUILTIN_SEQ = {"list", "tuple", "sorted", "reversed", "iter"}
 #: a dict's views, read as sequences (``for name, block in self.blocks.items()``)
 _VIEWS = ("items", "values", "keys")
 _MAPPING_GETTERS = ("__getitem__", "get", "pop", "setdefault")
-_MAPPING_BASES = ("dict", "OrderedDict", "collections.OrderedDict", "typing.OrderedDict", "UserDict")
+_MAPPING_BASES = ("dict", "OrderedDict", "UserDict", "Mapping", "MutableMapping")
 #: ``class Name(bases`` up to the next parenthesis: linear however many lines are left unclosed
 _CLASS_RX = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^()]*)", re.M)
 
 
 # -- values ------------------------------------------------------------------------------
+
+#: the ``if`` tests a statement sits under, outermost first, each with whether it is in the ``else``
+Tests = tuple[tuple[ast.expr, bool], ...]
+
 
 class Value:
     __slots__ = ("cond",)
@@ -96,8 +101,13 @@ class Value:
         raise NotImplementedError
 
     def with_cond(self, cond: str) -> "Value":
+        """This value under ``cond``, unless it has a condition already (the innermost one counts)."""
         if not cond or self.cond:
             return self
+        return self.recond(cond)
+
+    def recond(self, cond: str) -> "Value":
+        """A copy of this value under ``cond`` instead of its own."""
         clone = object.__new__(type(self))
         for cls in type(self).__mro__:
             for slot in getattr(cls, "__slots__", ()):
@@ -330,6 +340,7 @@ class Binding:
     cond: str = ""
     index: int = -1  #: tuple-unpacking position
     target: str = ""  #: for imports: the module (and name)
+    tests: "Tests" = ()  #: the ``if`` tests it sits under, each with whether it is in the ``else``
 
 
 @dataclass(eq=False)
@@ -376,72 +387,73 @@ def cond_text(test: ast.expr, negate: bool = False) -> str:
     return f"not ({text})" if " " in text else f"not {text}"
 
 
-def scope_bindings(body: list[ast.stmt], conds: tuple[str, ...] = ()) -> Iterator[tuple[str, Binding]]:
-    """(name, binding) for every name a block binds, conditional blocks included; nested
-    function and class bodies are their own scopes and are not entered."""
+def scope_bindings(body: list[ast.stmt], conds: tuple[str, ...] = (), tests: Tests = ()) -> Iterator[tuple[str, Binding]]:
+    """(name, binding) for every name a block binds, conditional blocks included (each binding
+    with the ``if`` tests it sits under); nested function and class bodies are their own scopes
+    and are not entered."""
     cond = conds[-1] if conds else ""
     for stmt in body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield stmt.name, Binding("def", stmt, cond)
+            yield stmt.name, Binding("def", stmt, cond, tests=tests)
         elif isinstance(stmt, ast.ClassDef):
-            yield stmt.name, Binding("class", stmt, cond)
+            yield stmt.name, Binding("class", stmt, cond, tests=tests)
         elif isinstance(stmt, ast.Import):
             for a in stmt.names:
                 if a.asname:
-                    yield a.asname, Binding("importmod", stmt, cond, target=a.name)
+                    yield a.asname, Binding("importmod", stmt, cond, target=a.name, tests=tests)
                 else:
                     top = a.name.split(".")[0]
-                    yield top, Binding("importmod", stmt, cond, target=top)
+                    yield top, Binding("importmod", stmt, cond, target=top, tests=tests)
         elif isinstance(stmt, ast.ImportFrom):
             for a in stmt.names:
                 if a.name != "*":
-                    yield a.asname or a.name, Binding("import", stmt, cond, target=a.name)
+                    yield a.asname or a.name, Binding("import", stmt, cond, target=a.name, tests=tests)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             if stmt.value is None:
                 continue
             for t in targets:
-                yield from _target_bindings(t, stmt.value, cond)
+                yield from _target_bindings(t, stmt.value, cond, tests=tests)
         elif isinstance(stmt, ast.AugAssign):
             continue
         elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-            yield from _target_bindings(stmt.target, stmt.iter, cond, kind="for")
-            yield from scope_bindings(stmt.body, conds)
-            yield from scope_bindings(stmt.orelse, conds)
+            yield from _target_bindings(stmt.target, stmt.iter, cond, kind="for", tests=tests)
+            yield from scope_bindings(stmt.body, conds, tests)
+            yield from scope_bindings(stmt.orelse, conds, tests)
         elif isinstance(stmt, ast.If):
-            yield from scope_bindings(stmt.body, conds + (cond_text(stmt.test),))
-            yield from scope_bindings(stmt.orelse, conds + (cond_text(stmt.test, negate=True),))
+            yield from scope_bindings(stmt.body, conds + (cond_text(stmt.test),), tests + ((stmt.test, False),))
+            yield from scope_bindings(stmt.orelse, conds + (cond_text(stmt.test, negate=True),), tests + ((stmt.test, True),))
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
             for item in stmt.items:
                 if item.optional_vars is not None:
-                    yield from _target_bindings(item.optional_vars, item.context_expr, cond, kind="with")
-            yield from scope_bindings(stmt.body, conds)
+                    yield from _target_bindings(item.optional_vars, item.context_expr, cond, kind="with", tests=tests)
+            yield from scope_bindings(stmt.body, conds, tests)
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            yield from scope_bindings(stmt.body, conds)
+            yield from scope_bindings(stmt.body, conds, tests)
             for h in stmt.handlers:
-                yield from scope_bindings(h.body, conds)
-            yield from scope_bindings(stmt.orelse, conds)
-            yield from scope_bindings(stmt.finalbody, conds)
+                yield from scope_bindings(h.body, conds, tests)
+            yield from scope_bindings(stmt.orelse, conds, tests)
+            yield from scope_bindings(stmt.finalbody, conds, tests)
         elif isinstance(stmt, ast.While):
-            yield from scope_bindings(stmt.body, conds)
+            yield from scope_bindings(stmt.body, conds, tests)
         elif isinstance(stmt, ast.Match):
             for case in stmt.cases:
-                yield from scope_bindings(case.body, conds + (f"case {source_text(case.pattern)}",))
+                yield from scope_bindings(case.body, conds + (f"case {source_text(case.pattern)}",), tests)
         # walrus targets inside expressions
         for sub in ast.walk(stmt) if isinstance(stmt, (ast.Expr, ast.Assign, ast.If, ast.Return)) else ():
             if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
-                yield sub.target.id, Binding("assign", sub.value, cond)
+                yield sub.target.id, Binding("assign", sub.value, cond, tests=tests)
 
 
-def _target_bindings(t: ast.expr, value: ast.expr, cond: str, kind: str = "assign") -> Iterator[tuple[str, Binding]]:
+def _target_bindings(t: ast.expr, value: ast.expr, cond: str, kind: str = "assign", tests: Tests = ()) -> Iterator[tuple[str, Binding]]:
     if isinstance(t, ast.Name):
-        yield t.id, Binding(kind, value, cond)
+        yield t.id, Binding(kind, value, cond, tests=tests)
     elif isinstance(t, (ast.Tuple, ast.List)):
         for i, el in enumerate(t.elts):
             if isinstance(el, ast.Name):
-                yield el.id, Binding("unpack" if kind == "assign" else kind, value, cond, index=i)
+                yield el.id, Binding("unpack" if kind == "assign" else kind, value, cond, index=i, tests=tests)
             elif isinstance(el, ast.Starred) and isinstance(el.value, ast.Name):
-                yield el.value.id, Binding(kind, None, cond)
+                yield el.value.id, Binding(kind, None, cond, tests=tests)
 
 
 def attr_name(e: ast.expr) -> str | None:
@@ -468,8 +480,11 @@ class Resolver:
     ``packages``: the top-level packages that count as source (everything else is external).
     """
 
-    def __init__(self, sources: SourceSet, packages: list[str] | None = None):
+    def __init__(self, sources: SourceSet, packages: list[str] | None = None, knowns: Knowns | None = None):
         self.sources = sources
+        self.knowns = knowns or Knowns()
+        self.consts = ConstEval(self)
+        self.pruned: set[tuple[str, int, int]] = set()  #: branches the configuration decided against (file, line, col)
         self.packages = tuple(packages or sources.top_packages())
         self._globals: dict[str, dict[str, list[Binding]]] = {}
         self._classes: dict[tuple, ClassInfo] = {}
@@ -492,6 +507,9 @@ class Resolver:
         self._read: set[str] = set()
         self._import_busy: set[tuple[str, str]] = set()
         self._super_inits: dict[tuple, ast.Call | None] = {}
+        self._key_calls: dict[int, ast.Call] = {}
+        self.chosen_classes_cache: list[ClassInfo] | None = None  #: what ``knowns.selections`` build (pyregistry)
+        self._key_nodes: list[ast.AST] = []
 
     # ---- modules and definitions
 
@@ -716,13 +734,13 @@ class Resolver:
                 if not args:
                     continue
                 me = args[0].arg
-                for stmt, cond in _walk_stmts(fi.node.body):
+                for stmt, cond, tests in walk_tested(fi.node.body):
                     call = stmt.value if isinstance(stmt, ast.Expr) else None
                     if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "setattr"
                             and len(call.args) == 3 and isinstance(call.args[0], ast.Name) and call.args[0].id == me):
                         name = attr_name(call.args[1])  # ``setattr(self, f"layer_{i}", Layer())``
                         if name is not None:
-                            out.setdefault(name, []).append((fi, Binding("assign", call.args[2], cond)))
+                            out.setdefault(name, []).append((fi, Binding("assign", call.args[2], cond, tests=tests)))
                         continue
                     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -730,7 +748,7 @@ class Resolver:
                             for i, el in _flat_targets(t):
                                 if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == me:
                                     kind = "unpack" if i >= 0 else "assign"
-                                    out.setdefault(el.attr, []).append((fi, Binding(kind, stmt.value, cond, index=i)))
+                                    out.setdefault(el.attr, []).append((fi, Binding(kind, stmt.value, cond, index=i, tests=tests)))
             ci._self_assigns = out
         return ci._self_assigns
 
@@ -794,7 +812,9 @@ class Resolver:
             # only a subclass defines it; methods found in the MRO get their subclasses'
             # overrides where they are called (``method_alternatives``)
             mro = self.mro(obj.cls)
-            out += self._attr_in(obj, name, [c for c in self.subclasses(obj.cls) if c not in mro])
+            chosen = self.chosen(obj.cls)
+            out += self._attr_in(obj, name, [c for c in (chosen if chosen is not None else self.subclasses(obj.cls))
+                                             if c not in mro])
         obj.attrs[name] = dedupe(out)
         return obj.attrs[name]
 
@@ -809,7 +829,9 @@ class Resolver:
                 frame = inits.get(c.qualname) if fi.name == "__init__" else None
                 if frame is None:
                     frame = Frame(fi, fi.module, obj)
-                got = [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+                if b.tests and self.excluded(b.tests, frame):
+                    continue
+                got = [v.with_cond(self.live_cond(b, frame)) for v in self._binding_values(b, frame)]
                 (constructed if fi.name == "__init__" else later).extend(got)
         out += constructed if known(constructed) else constructed + later
         for c in classes:
@@ -869,7 +891,9 @@ class Resolver:
             out = []
             frame = Frame(None, mod)
             for b in self.globals_of(mod).get(name, []):
-                out += [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+                if b.tests and self.excluded(b.tests, frame):
+                    continue
+                out += [v.with_cond(self.live_cond(b, frame)) for v in self._binding_values(b, frame)]
             if not out:  # ``from .ops import *`` (chains of them): the name may come from there
                 for stmt in (self.tree(mod) or ast.Module(body=[])).body:
                     if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
@@ -969,7 +993,9 @@ class Resolver:
             if ident in params:
                 out += self._param(ident, params[ident], frame)
             for b in bindings or []:
-                out += [v.with_cond(b.cond) for v in self._binding_values(b, frame)]
+                if b.tests and self.excluded(b.tests, frame):
+                    continue
+                out += [v.with_cond(self.live_cond(b, frame)) for v in self._binding_values(b, frame)]
         finally:
             frame.busy.discard(ident)
         out = dedupe(out)
@@ -1059,11 +1085,15 @@ class Resolver:
             return self.call(e, frame)
         if isinstance(e, ast.Subscript):
             out = []
-            index = e.slice.value if isinstance(e.slice, ast.Constant) else None
+            index = self.key_value(e.slice, frame)
             for v in self.eval(e.value, frame):
-                out += self.subscript(v, index, isinstance(e.slice, ast.Slice), frame)
+                out += self.subscript(v, index, isinstance(e.slice, ast.Slice), frame, e)
             return out or [Unknown(_short(e))]
         if isinstance(e, ast.IfExp):
+            t = self.consts.truth(e.test, frame)
+            if t is not None:
+                self.mark_pruned(e.test, frame)
+                return self.eval(e.body if t else e.orelse, frame)
             return ([v.with_cond(cond_text(e.test)) for v in self.eval(e.body, frame)]
                     + [v.with_cond(cond_text(e.test, True)) for v in self.eval(e.orelse, frame)])
         if isinstance(e, ast.BoolOp):
@@ -1135,7 +1165,17 @@ class Resolver:
     def _unknown_attr(name: str, node: ast.AST | None) -> Unknown:
         return Unknown(name if node is None else _short(node))
 
-    def subscript(self, v: Value, index, is_slice: bool, frame: Frame) -> list[Value]:
+    def key_value(self, e: ast.expr, frame: Frame) -> object:
+        """A subscript's or a mapping getter's key where it is a constant: written so, or made
+        one by the configuration (``ACT2FN[config.hidden_act]``); else None."""
+        if isinstance(e, ast.Constant):
+            return e.value
+        if isinstance(e, ast.Slice):
+            return None
+        got = self.consts.value(e, frame)
+        return None if got is MISSING else got
+
+    def subscript(self, v: Value, index, is_slice: bool, frame: Frame, node: ast.Subscript | None = None) -> list[Value]:
         if isinstance(v, Seq):
             if is_slice:
                 return [v]
@@ -1143,19 +1183,45 @@ class Resolver:
                 return v.items[index]
             return v.elems
         if isinstance(v, DictV):
-            exact = [vals for k, vals in v.entries if index is not None and k == index]
-            return exact[0] if exact else [x for _, vals in v.entries for x in vals]
-        if isinstance(v, Obj) and any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(v.cls)):
+            return self.dict_entry(v, index, source_text(node.slice) if node is not None else "key")
+        if isinstance(v, Obj) and self.is_mapping(v.cls):
             getitem = self.lookup_method(v.cls, "__getitem__")
             if getitem is not None:
-                return self.returns(Fn(getitem, v), None, frame, 0)
-            return self.mapping_contents(v)
+                call = self._key_call(node, node.slice) if node is not None else None
+                return _in_caller_terms(self.returns(Fn(getitem, v), call, frame, 0), getitem, call, True)
+            return self.mapping_contents(v, index)
         if isinstance(v, Ext):
             return [Ext(v.qual)]  # ``torch.float32``-like; a subscripted typing alias stays external
         return []
 
-    def mapping_contents(self, obj: Obj) -> list[Value]:
-        """The values a dict subclass was built from (its constructor's first argument)."""
+    def is_mapping(self, ci: ClassInfo) -> bool:
+        return any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(ci))
+
+    def dict_entry(self, d: DictV, index, index_text: str) -> list[Value]:
+        """``d[index]``: the entry a known key names (none when every key is a constant and none
+        matches: a ``KeyError``, or a getter's default); with the key unknown, every entry,
+        each marked with the key that selects it."""
+        if index is not None:
+            exact = [vals for k, vals in d.entries if k == index]
+            if exact:
+                return exact[0]
+            if d.entries and all(k is not None for k, _ in d.entries):
+                return []
+        return [x.with_cond(f"{index_text} == {k!r}" if k is not None else "") for k, vals in d.entries for x in vals]
+
+    def _key_call(self, node: ast.AST, key: ast.expr) -> ast.Call:
+        """A call ``(key)`` standing for ``m[key]`` or ``m.get(key)`` to bind ``__getitem__``'s
+        key; one per place, so returns stay cached per calling context."""
+        call = self._key_calls.get(id(node))
+        if call is None or call.args[0] is not key:
+            call = ast.copy_location(ast.Call(func=ast.Name("__getitem__", ast.Load()), args=[key], keywords=[]), node)
+            self._key_calls[id(node)] = call
+            self._key_nodes.append(node)  # kept alive: its id stays its own
+        return call
+
+    def mapping_contents(self, obj: Obj, index=None) -> list[Value]:
+        """The values a dict subclass was built from (its constructor's first argument): the
+        entry a known key names, else every one."""
         if obj.ctor is None:
             return []
         exprs = next(iter(obj.ctor.exprs.values()), [])
@@ -1163,7 +1229,7 @@ class Resolver:
         for e in exprs:
             for d in self.eval(e, obj.ctor.frame):
                 if isinstance(d, DictV):
-                    out += [x for _, vals in d.entries for x in vals]
+                    out += self.dict_entry(d, index, "key")
         return out
 
     def elements(self, values: list[Value]) -> list[Value]:
@@ -1292,7 +1358,9 @@ class Resolver:
         if isinstance(c, Fn):
             if frame.depth >= MAX_CALL_DEPTH:
                 return [Unknown(_short(e))]
-            got = [v for alt in self.method_alternatives(c) for v in self.returns(alt, e, frame, frame.depth + 1)]
+            got = [v for alt in self.method_alternatives(c)
+                   for v in _in_caller_terms(self.returns(alt, e, frame, frame.depth + 1), alt.fn, e,
+                                             alt.bound is not None or _is_method(alt.fn))]
             if known(got):
                 return got
             return got + self._pass_through(e, frame)
@@ -1326,17 +1394,27 @@ class Resolver:
 
     def _mapping_get(self, func: ast.Attribute, e: ast.Call, frame: Frame) -> list[Value]:
         """``super().__getitem__(key)`` / ``super().get(key, default)`` in a dict subclass: the
-        contents the mapping was built from (``ClassInstantier(ACT2CLS)``), plus the default."""
+        entry of the contents the mapping was built from (``ClassInstantier(ACT2CLS)``) that a
+        known key names, else every entry; through the class's own ``__getitem__`` where it
+        has one (``get`` of a ``MutableMapping``); and the default where the key may be missing."""
         out = []
+        index = self.key_value(e.args[0], frame) if e.args else None
         for v in self.eval(func.value, frame):
             obj = v.obj if isinstance(v, SuperRef) else v if isinstance(v, Obj) else None
-            if obj is None or not any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(obj.cls)):
+            if obj is None or not self.is_mapping(obj.cls):
                 continue
             if isinstance(v, Obj) and self.lookup_method(obj.cls, func.attr) is not None:
                 continue
-            out += self.mapping_contents(obj)
-            if func.attr == "get" and len(e.args) > 1:
-                out += self.eval(e.args[1], frame)
+            getitem = self.lookup_method(obj.cls, "__getitem__") if func.attr != "__getitem__" else None
+            if getitem is not None and e.args:
+                call = self._key_call(e, e.args[0])
+                found = _in_caller_terms(self.returns(Fn(getitem, obj), call, frame, 0), getitem, call, True)
+            else:
+                found = self.mapping_contents(obj, index)
+            out += found
+            if func.attr == "get" and len(e.args) > 1 and (index is None or not found):
+                missing = f"{source_text(e.args[0])} not in the mapping" if found else ""
+                out += [v.with_cond(missing) for v in self.eval(e.args[1], frame)]
         return out
 
     def _pass_through(self, e: ast.Call, frame: Frame) -> list[Value]:
@@ -1424,7 +1502,29 @@ class Resolver:
                         return None
                 results.add(hit)
             return results.pop() if len(results) == 1 else None
-        return None
+        return self.consts.truth(test, frame)
+
+    def excluded(self, tests: Tests, frame: Frame) -> bool:
+        """Whether the configuration (``knowns``) decides against a statement's ``if`` tests:
+        the branch is pruned, and counted in ``pruned``. With no configuration, nothing is."""
+        if self.knowns.empty:
+            return False
+        for test, negated in tests:
+            if self.consts.truth(test, frame) is negated:
+                self.mark_pruned(test, frame)
+                return True
+        return False
+
+    def mark_pruned(self, test: ast.expr, frame: Frame) -> None:
+        self.pruned.add((frame.module.path if frame.module is not None else "?", test.lineno, test.col_offset + 1))
+
+    def live_cond(self, b: Binding, frame: Frame) -> str:
+        """The condition a binding is marked with: its innermost ``if`` test that the
+        configuration leaves undecided ("" when every one is decided for it)."""
+        if not b.tests or self.knowns.empty:
+            return b.cond
+        got = self.consts.live_cond(b.tests, frame)
+        return cond_text(got[0], got[1]) if got else ""
 
     # ---- calls as the op tracer sees them
 
@@ -1436,9 +1536,34 @@ class Resolver:
             return [v for v in self.eval(func.value, frame) if isinstance(v, Fn) and is_triton_jit(v.fn)]
         return self.eval(func, frame)
 
+    def chosen(self, ci: ClassInfo) -> list[ClassInfo] | None:
+        """The classes a declared ``ci`` can be under the user's choices (``--attention-backend``):
+        None where no choice bears on it (then it may be any subclass)."""
+        if not self.knowns.selections:
+            return None
+        from layerc.passes.pyregistry import selected_classes
+
+        return selected_classes(self, ci)
+
+    def _chosen_methods(self, chosen: list[ClassInfo], names: tuple[str, ...]) -> list[Fn]:
+        out = []
+        for c in chosen:
+            for name in names:
+                fi = self.lookup_method(c, name)
+                if fi is not None:
+                    out.append(Fn(fi, self.make_obj(c, None, None, declared=True)))
+                    break
+        return list({f.key: f for f in out}.values())
+
     def forward_of(self, obj: Obj) -> list[Fn]:
         """What calling a module instance runs: ``__call__`` when a package class defines one,
-        else ``forward`` (and, for a declared type, every subclass's override)."""
+        else ``forward`` (and, for a declared type, every subclass's override, or only the
+        classes the user's choices select)."""
+        chosen = self.chosen(obj.cls) if obj.declared else None
+        if chosen is not None:
+            got = self._chosen_methods(chosen, ("__call__", "forward"))
+            if got:
+                return got
         out = []
         for name in ("__call__", "forward"):
             fi = self.lookup_method(obj.cls, name)
@@ -1451,22 +1576,35 @@ class Resolver:
                 if fi is not None:
                     out.append(Fn(fi, self.make_obj(sub, None, None, declared=True)))
             self.work += len(out)
-        return out
+        return _by_type(out)
 
     def method_alternatives(self, fn: Fn) -> list[Fn]:
         """A bound method on a declared (annotation-only) instance may be any subclass's override."""
         if fn.bound is None or not fn.bound.declared or fn.fn.cls is None:
             return [fn]
+        chosen = self.chosen(fn.bound.cls)
+        if chosen is not None:
+            got = self._chosen_methods(chosen, (fn.fn.name,))
+            if got:
+                return got
         out = [fn]
         for sub in self.subclasses(fn.bound.cls):
             fi = sub.methods.get(fn.fn.name)
             if fi is not None and fi is not fn.fn:
                 out.append(Fn(fi, self.make_obj(sub, None, None, declared=True)))
         self.work += len(out)
-        return out
+        return _by_type(out)
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+def _by_type(alternatives: list[Fn]) -> list[Fn]:
+    """Alternatives that a declared instance's runtime type picks, each marked with that type
+    (one alone is no choice)."""
+    if len(alternatives) < 2:
+        return alternatives
+    return [f.with_cond(f"the instance is a {f.bound.cls.name}") if f.bound is not None else f for f in alternatives]
+
 
 def check_module_size(mod: SourceModule) -> None:
     """Before a module is parsed: more than ``MAX_MODULE_TOKENS`` tokens make it unreadable (its
@@ -1508,6 +1646,22 @@ def _c3(ci: ClassInfo, base_mros: list[list[ClassInfo]]) -> list[ClassInfo]:
             result.append(head)
         seqs = [t[1:] if t and t[0] is head else t for t in seqs]
     return result
+
+
+def _in_caller_terms(values: list[Value], fi: FuncInfo, call: ast.Call | None, skip_self: bool) -> list[Value]:
+    """Conditions a callee's values carry in terms of its parameters (``key == 'silu'``, from
+    a registry lookup), put in the caller's terms (``config.hidden_act == 'silu'``), so that a
+    mark reads where the choice is made."""
+    if call is None or not any(v.cond for v in values):
+        return values
+    bound = {name: exprs[0] for name, exprs in _bind_exprs(fi, call, skip_self=skip_self).items() if len(exprs) == 1}
+    out = []
+    for v in values:
+        head = v.cond.split(" ", 1)[0] if v.cond else ""
+        if head in bound:
+            v = v.recond(source_text(bound[head]) + v.cond[len(head):])
+        out.append(v)
+    return out
 
 
 def is_triton_jit(fi: FuncInfo) -> bool:
@@ -1604,25 +1758,36 @@ def _walk_stmts(body: list[ast.stmt], cond: str = "", prune=None) -> Iterator[tu
     """Every statement of a function body (not of nested functions), with the innermost
     condition it runs under. ``prune(test)`` may say a branch's test is statically True/False;
     the branch that cannot run is left out (and code after a decided ``return`` too)."""
-    for stmt in body:
+    for stmt, cond, _ in walk_tested(body, cond, prune):
         yield stmt, cond
+
+
+def walk_tested(body: list[ast.stmt], cond: str = "", prune=None, tests: Tests = ()) -> Iterator[tuple[ast.stmt, str, Tests]]:
+    """``_walk_stmts`` with the ``if`` tests each statement sits under. The statements after an
+    ``if`` whose body returns run under its negation (after one that raises, an error guard,
+    they are the normal path)."""
+    for stmt in body:
+        yield stmt, cond, tests
         if isinstance(stmt, ast.If):
             truth = prune(stmt.test) if prune is not None else None
             if truth is not False:
-                yield from _walk_stmts(stmt.body, cond_text(stmt.test), prune)
+                yield from walk_tested(stmt.body, cond_text(stmt.test), prune, tests + ((stmt.test, False),))
             if truth is not True:
-                yield from _walk_stmts(stmt.orelse, cond_text(stmt.test, negate=True), prune)
-            if truth is True and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise)):
+                yield from walk_tested(stmt.orelse, cond_text(stmt.test, negate=True), prune, tests + ((stmt.test, True),))
+            leaves = bool(stmt.body) and isinstance(stmt.body[-1], (ast.Return, ast.Raise))
+            if truth is True and leaves:
                 return
+            if leaves and isinstance(stmt.body[-1], ast.Return) and not stmt.orelse and truth is None:
+                cond, tests = cond_text(stmt.test, negate=True), tests + ((stmt.test, True),)
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
-            yield from _walk_stmts(stmt.body, cond, prune)
-            yield from _walk_stmts(getattr(stmt, "orelse", []), cond, prune)
+            yield from walk_tested(stmt.body, cond, prune, tests)
+            yield from walk_tested(getattr(stmt, "orelse", []), cond, prune, tests)
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            yield from _walk_stmts(stmt.body, cond, prune)
+            yield from walk_tested(stmt.body, cond, prune, tests)
             for h in stmt.handlers:
-                yield from _walk_stmts(h.body, cond, prune)
-            yield from _walk_stmts(stmt.orelse, cond, prune)
-            yield from _walk_stmts(stmt.finalbody, cond, prune)
+                yield from walk_tested(h.body, cond, prune, tests)
+            yield from walk_tested(stmt.orelse, cond, prune, tests)
+            yield from walk_tested(stmt.finalbody, cond, prune, tests)
         elif isinstance(stmt, ast.Match):
             for case in stmt.cases:
-                yield from _walk_stmts(case.body, f"case {source_text(case.pattern)}", prune)
+                yield from walk_tested(case.body, f"case {source_text(case.pattern)}", prune, tests)

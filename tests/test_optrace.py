@@ -236,8 +236,15 @@ def test_hf_llama_tree():
     assert labels(attn)[:4] == ["self.q_proj()", "self.k_proj()", "self.v_proj()", "apply_rotary_pos_emb()"]
     assert labels(attn)[-2:] == ["attention_interface()", "self.o_proj()"]
     (interface,) = find(tree.root, "attention_interface()")
-    assert labels(interface) == ["repeat_kv()", "repeat_kv()"]  # eager_attention_forward, through the registry
-    assert {"torch.matmul", "F.softmax"} <= kernel_names(interface)
+    # ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward): with no
+    # configuration, every registered implementation, each marked with the key that selects it, and the
+    # default (eager, model code, expanded) where the key is none of them
+    (eager,) = interface.children
+    assert eager.label == "modeling_llama.eager_attention_forward()" and labels(eager) == ["repeat_kv()", "repeat_kv()"]
+    assert eager.annotation == "if self.config._attn_implementation not in the mapping"
+    assert {"torch.matmul", "F.softmax"} <= kernel_names(eager)
+    sdpa = [k for k in interface.kernels if k.name == "F.scaled_dot_product_attention"]
+    assert sdpa and all("self.config._attn_implementation == 'sdpa'" in k.conditions for k in sdpa)
     (mlp,) = find(tree.root, "self.mlp()")
     assert labels(mlp) == ["self.gate_proj()", "self.act_fn()", "self.up_proj()", "self.down_proj()"]
     assert "F.silu" in kernel_names(mlp.children[1])  # ACT2FN[...] resolved through ClassInstantier

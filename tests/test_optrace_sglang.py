@@ -129,3 +129,32 @@ def test_report_in_seed_003_format(deepseek):
     assert "├─> [self.forward_normal_prepare()](../sglang/python/sglang/srt/models/deepseek_v2.py#L" in text
     assert "**(MLA_FUSED_ROPE path)**" in text and "**DeepseekV2MoE.forward()** **(if self.is_layer_sparse)**" in text
     assert "| `self.input_layernorm()` |" in text and "⚠️ KERNEL TRACE ISSUE: Kernel `dsv3_fused_a_gemm`" in text
+
+
+@pytest.mark.parametrize("backend,platform,families", [
+    ("flashinfer", "cuda", {"flashinfer", "triton"}),
+    ("fa3", "cuda", {"sgl-kernel", "triton"}),
+    ("aiter", "rocm", {"aiter", "triton"}),
+])
+def test_a_chosen_backend_prunes_the_others(wheel, backend, platform, families):
+    """Issue 18: with --attention-backend and --platform, ``attn_mqa`` lists at most 10 custom
+    kernels, of that backend's library (and the Triton kernels that store the KV cache); without
+    them it lists every backend's (over 100)."""
+    from layerc.passes.pyconst import Knowns
+
+    module = OpTraceModule(SourceSet(wheel), "DeepseekV2ForCausalLM",
+                           knowns=Knowns(platform=platform, attention_backend=backend))
+    TraceOps().apply(Context(), module)
+    module.verify()
+    custom = {(k.family, k.name) for n, _ in module.tree.nodes() if n.label == "self.attn_mqa()"
+              for k in n.kernels if not k.native}
+    assert 1 <= len(custom) <= 10, sorted(custom)
+    assert {f for f, _ in custom} <= families
+    assert any(f == sorted(families - {"triton"})[0] for f, _ in custom)  # the backend's own library
+    assert module.pruned > 50
+
+
+def test_without_a_backend_every_backend_is_listed(deepseek):
+    custom = {(k.family, k.name) for n, _ in deepseek.tree.nodes() if n.label == "self.attn_mqa()"
+              for k in n.kernels if not k.native}
+    assert len(custom) > 100 and {"flashinfer", "aiter", "sgl-kernel"} <= {f for f, _ in custom}

@@ -471,7 +471,8 @@ EXPERTS_IMPLEMENTATIONS: tuple[str, ...] = ("grouped_mm", "batched_mm")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 
 
-def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: str = "float32"):
+def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: str = "float32",
+                attention: str | None = "eager"):
     """A tiny random-weight causal LM of ``arch`` with ``layers`` decoder layers, on CPU.
 
     ``experts`` picks transformers' MoE experts implementation (None: its
@@ -479,6 +480,8 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
     ``transformers.grouped_mm_fallback`` custom op; ``batched_mm``: plain aten
     ``index``/``bmm``).  ``eager`` is not offered: its per-expert Python loop
     over ``nonzero()`` is data-dependent and torch.export rejects it.
+    ``attention``: the attention implementation (None: transformers' default for the model,
+    as users run it; export uses ``eager``).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -503,7 +506,7 @@ def build_model(arch: str, layers: int, *, experts: str | None = None, dtype: st
     if experts is not None:
         extra["experts_implementation"] = experts
     model = AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", dtype=getattr(torch, dtype), **extra
+        config, attn_implementation=attention, dtype=getattr(torch, dtype), **extra
     )
     return model.to("cpu").eval()
 

@@ -17,6 +17,7 @@ from layerc.tools.args import input_path, output_path
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
+    from layerc.passes.pyconst import PHASES, PLATFORMS
     from layerc.tools.export_hf import ARCHES
 
     p.add_argument("source", type=input_path, nargs="?", metavar="PACKAGE_OR_FILE",
@@ -36,6 +37,16 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", choices=ARCHES, metavar="ARCH", help="with --dynamic: the model type (llama, qwen3_moe, deepseek_v3, ...)")
     p.add_argument("--layers", type=int, default=2, metavar="N", help="with --dynamic: decoder layers of the tiny model (default 2)")
     p.add_argument("--min-agreement", type=float, metavar="PCT", help="with --dynamic: exit 1 when fewer aten ops agree")
+    p.add_argument("--config", action="append", metavar="FILE|KEY=VALUE",
+                   help="the model's configuration: an HF config.json, or key=value (JSON values: true, null, 1536); "
+                   "repeatable. Branches on known keys are taken or pruned; without, every branch is kept and marked "
+                   "conditional")
+    p.add_argument("--attention-backend", metavar="NAME", help="the attention backend (a registry key: flashinfer, fa3, "
+                   "triton, aiter; HF's sdpa, eager, flash_attention_2): the backends it does not select are pruned")
+    p.add_argument("--quant", metavar="NAME", help="the quantization method (a registry key: fp8, awq, modelopt_fp4...)")
+    p.add_argument("--platform", choices=PLATFORMS, help="the platform: platform checks are decided, and kernel "
+                   "libraries of other platforms pruned")
+    p.add_argument("--phase", choices=PHASES, help="the forward phase: forward-mode checks (is_decode, is_extend) are decided")
     p.add_argument("--werror", action="store_true", help="calls that cannot be resolved are errors (exit 1, nothing written)")
     p.add_argument("--timing", action="store_true", help="report each pass's time on stderr")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the op tree after each pass, to stderr")
@@ -59,6 +70,29 @@ def _check_usage(args: argparse.Namespace) -> None:
         for flag in ("arch", "min_agreement"):
             if getattr(args, flag) is not None:
                 error(f"--{flag.replace('_', '-')} goes with --dynamic")
+
+
+def knowns(args: argparse.Namespace):
+    """The configuration the tree is made under, from ``--config`` (files and key=value pairs,
+    later ones win) and the named choices."""
+    import os
+
+    from layerc.grammar.config_files import read_json_config
+    from layerc.passes.pyconst import Knowns, parse_config_value
+
+    config: dict = {}
+    for item in args.config or []:
+        key, eq, value = item.partition("=")
+        if eq and not os.path.exists(item):
+            if not key.strip() or not key.strip().replace("_", "a").replace(".", "a").isalnum():
+                args.usage_error(f"--config {item!r}: give a config.json or key=value with a key of letters, digits and _")
+            config[key.strip()] = parse_config_value(value.strip())
+            continue
+        cf = read_json_config(item)
+        if not isinstance(cf.doc, dict):
+            raise cf.error("a model config holds a JSON object of keys and values")
+        config.update(cf.doc)
+    return Knowns(config, args.platform, args.phase, args.attention_backend, args.quant)
 
 
 def _progress(message: str) -> None:
@@ -91,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sources, entry = SourceSet(args.source), args.entry
     scope = tuple(s.strip() for s in args.scope.split(",") if s.strip()) if args.scope else ()
-    module = OpTraceModule(sources, entry, scope)
+    module = OpTraceModule(sources, entry, scope, knowns=knowns(args))
 
     def show(m: OpTraceModule) -> str:
         lines = report.graph_lines(m.tree, lambda site: f"{site.path}#L{site.line}") if m.tree else []
@@ -140,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     v = module.validation
     sys.stderr.write(f"layerc: {title}: {sum(1 for n, _ in tree.nodes() if n.kind == 'op')} op call sites, "
                      f"{len(v.kernels)} kernels, {v.issues} cross-validation issues, {len(module.unresolved)} unresolved calls"
+                     + (f", {module.pruned} branches pruned by the configuration" if tree.configuration else "")
                      + (f"; dynamic agreement {module.dynamic.percent:.1f}% of {module.dynamic.total} aten ops"
                         if module.dynamic is not None else "") + "\n")
     if module.dynamic is not None and args.min_agreement is not None and module.dynamic.percent < args.min_agreement:
