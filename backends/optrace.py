@@ -19,8 +19,8 @@ NBSP = "\u00a0"
 PRIMARY = 6  #: kernels named in the summary table's Primary Kernels column
 CHAINS_PER_KERNEL = 3  #: call chains drawn per kernel in the kernel traces; the rest are listed
 #: how kernel families are ordered when a column names a few (custom kernels first)
-FAMILY_ORDER = ("sgl-kernel", "flashinfer", "deep-gemm", "deep-ep", "flash-attn", "cutlass", "vllm", "aiter",
-                "triton", "nccl", "torch.ops", "npu", "quack", "torch")
+FAMILY_ORDER = ("sgl-kernel", "flashinfer", "deep-gemm", "deep-ep", "flash-attn", "cutlass", "cute-dsl", "vllm", "aiter",
+                "jit", "triton", "nccl", "torch.ops", "npu", "quack", "torch")
 
 Linker = Callable[[Site], str]
 

@@ -57,6 +57,7 @@ class KernelCalls:
                 f["name"], re.compile(f["match"]), re.compile(f["short"]) if "short" in f else None,
                 bool(f.get("node", False)), frozenset(f.get("skip", ())), dict(f.get("aten", {})),
                 tuple(f.get("platforms", ()))))
+        self.jit_loaders = frozenset(doc.get("jit", {}).get("loaders", ()))
         tensor = doc.get("tensor", {})
         self.tensor_methods = frozenset(tensor.get("methods", ()))
         self.no_aten = frozenset(tensor.get("no_aten", ()))
@@ -96,6 +97,14 @@ class KernelCalls:
             return None
         aten = () if method in self.no_aten else (f"aten::{method}",)
         return KernelKind(f"Tensor.{method}", f"torch.Tensor.{method}", "torch", self.category(method), False, aten)
+
+    def jit(self, name: str, qual: str) -> KernelKind:
+        """A function of a module compiled at run time (see ``[jit]``)."""
+        return KernelKind(name, qual, "jit", self.category(name), True)
+
+    def cute(self, name: str, qual: str) -> KernelKind:
+        """A CuTe DSL function called from host code (``@cute.jit``, ``@cute.kernel``)."""
+        return KernelKind(name, qual, "cute-dsl", self.category(name), True, (), ("cuda",))
 
     def triton(self, name: str, qual: str) -> KernelKind:
         return KernelKind(name, qual, "triton", self.category(name), True)

@@ -30,8 +30,9 @@ from typing import Iterator
 
 from layerc.ir.optree import BRANCH, OP, ROOT, ChainStep, KernelSite, OpNode, OpTree, Site
 from layerc.passes.kernel_calls import KernelCalls, KernelKind
-from layerc.passes.pyresolve import (ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Seq, Thunks, Unknown, Value,
-                                     _bind_exprs, cond_text, is_index, is_triton_jit, source_text)
+from layerc.passes.pyregistry import torch_op_impls
+from layerc.passes.pyresolve import (JIT_PREFIX, ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Seq, Thunks, Unknown, Value,
+                                     _bind_exprs, cond_text, is_cute_jit, is_index, is_triton_jit, source_text)
 
 MAX_EXPAND_DEPTH = 24  #: nested containers
 MAX_TOUCH_DEPTH = 3  #: calls followed to see whether library code calls the model's modules
@@ -222,8 +223,15 @@ class OpTracer:
             elif isinstance(v, Fn):
                 if is_triton_jit(v.fn):
                     continue  # a jit function called without a grid is not a launch
+                if is_cute_jit(v.fn):
+                    out.kernels.append(self.table.cute(v.fn.name, v.fn.qualname))
+                    continue
                 out.functions.extend(self.r.method_alternatives(v))
             elif isinstance(v, Ext):
+                impls = torch_op_impls(self.r, v.qual) if v.qual.startswith("torch.ops.") else []
+                if impls:  # a custom op registered in the package: follow its implementation
+                    out.functions.extend(impls)
+                    continue
                 kind = self.table.classify(v.qual)
                 if kind is not None:
                     out.kernels.append(kind)
@@ -248,7 +256,9 @@ class OpTracer:
         PyTorch's own classes are left to the tensor-method table."""
         out = []
         for v in receivers:
-            if isinstance(v, ExtObj) and not method.startswith("_"):
+            if isinstance(v, ExtObj) and v.qual.startswith(JIT_PREFIX):
+                out.append(self.table.jit(method, f"{v.qual}.{method}"))
+            elif isinstance(v, ExtObj) and not method.startswith("_"):
                 kind = self.table.classify(f"{v.qual}.{method}")
                 if kind is not None and kind.family != "torch":
                     out.append(replace(kind, name=f"{v.qual.rsplit('.', 1)[-1]}.{method}"))

@@ -89,11 +89,12 @@ class TraceOps(ModulePass):
     name: ClassVar[str] = "trace-ops"
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
-        resolver = Resolver(module.sources, knowns=module.knowns)
+        table = kernel_calls()
+        resolver = Resolver(module.sources, knowns=module.knowns, jit_loaders=table.jit_loaders)
         entry = find_entry(resolver, module.entry)
         scope = module.scope or (entry.module.name.rpartition(".")[0] or entry.module.name,)
         module.scope = scope
-        tracer = OpTracer(resolver, kernel_calls(), scope)
+        tracer = OpTracer(resolver, table, scope)
         tree = tracer.build(entry)
         check_layers(resolver, entry, tree)
         module.unresolved = unresolved_calls(tree)

@@ -9,6 +9,11 @@ build are the only subclasses of their bases that can run; other bases are left 
 
 Registries are found by structure: a decorator call or a dict literal whose constant key is the
 chosen name; modules are read only where their text holds that name as a string.
+
+The same search finds what ``torch.ops.<ns>.<op>`` runs where the package registers it: a
+function decorated with the op's name (``@torch.library.custom_op("ns::op")``) or passed to a
+call that names it (``direct_register_custom_op(op_name="op", op_func=fn)``,
+``lib.impl("op", fn, "CUDA")``); fake (meta, abstract) implementations are left out.
 """
 
 from __future__ import annotations
@@ -64,6 +69,87 @@ def selected_classes(r: "Resolver", base: "ClassInfo") -> list["ClassInfo"] | No
         r.chosen_classes_cache = built = list(dict.fromkeys(built))
     chosen = [c for c in built if base in r.mro(c)]
     return chosen or None
+
+
+_FAKE = re.compile(r"fake|abstract|meta", re.I)
+
+
+def torch_op_impls(r: "Resolver", qual: str) -> list["Value"]:
+    """The package functions registered as the implementation of ``torch.ops.<ns>.<op>``
+    (``qual``), or [] where the package registers none (the op stays an opaque kernel)."""
+    from layerc.passes.pyresolve import Fn, Frame
+
+    parts = qual.split(".")
+    if len(parts) < 4 or parts[2] in ("aten", "prim"):
+        return []
+    ns, op = parts[2], parts[3]
+    key = ("torch-op", ns, op)
+    if key in r._global_cache:
+        return r._global_cache[key]  # type: ignore[return-value]
+    r._global_cache[key] = []  # type: ignore[assignment]
+    names = {op, f"{ns}::{op}"}
+    out: list[Value] = []
+    for modname in _quoted_names(r).get(op, ()):
+        src = r.sources.module(modname)
+        if src is not None:
+            tree = r.tree(src)
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for d in node.decorator_list:
+                        if isinstance(d, ast.Call) and _names_op(d, names) and not _FAKE.search(_callee(d)):
+                            out.append(Fn(r.func_info(node, src, None)))
+                elif isinstance(node, ast.Call) and _names_op(node, names) and not _fake_call(node, names):
+                    frame = Frame(None, src)
+                    args = list(node.args) + [k.value for k in node.keywords if not _FAKE.search(k.arg or "")]
+                    for a in args:
+                        if isinstance(a, (ast.Name, ast.Attribute)):
+                            out += [v for v in r.eval(a, frame) if isinstance(v, Fn)]
+    out = list({v.key: v for v in out}.values())
+    r._global_cache[key] = out  # type: ignore[assignment]
+    return out
+
+
+_QUOTED_OP = re.compile(r"""["'](?:\w+::)?(\w+)["'(]""")
+
+
+def _quoted_names(r: "Resolver") -> dict[str, list[str]]:
+    """Name → the package modules whose text quotes it (``"op"``, ``"ns::op"``, ``"op(``): where a
+    custom op can be registered. Made once, by one scan of each module's text."""
+    index = r._global_cache.get(("quoted-names",))
+    if index is None:
+        index = {}
+        for top in r.packages:
+            for modname in r.sources.package_modules(top):
+                src = r.sources.module(modname)
+                if src is None:
+                    continue
+                for name in set(_QUOTED_OP.findall(src.text)):
+                    index.setdefault(name, []).append(modname)
+        r._global_cache[("quoted-names",)] = index  # type: ignore[assignment,index]
+    return index  # type: ignore[return-value]
+
+
+def _names_op(call: ast.Call, names: set[str]) -> bool:
+    """A call given the op's name as a constant (``"ns::op"``, ``"op"``, or a schema ``"op(...)"``)."""
+    for a in list(call.args) + [k.value for k in call.keywords]:
+        if isinstance(a, ast.Constant) and isinstance(a.value, str):
+            if a.value in names or a.value.split("(", 1)[0] in names:
+                return True
+    return False
+
+
+def _fake_call(call: ast.Call, names: set[str]) -> bool:
+    """A registration of a fake implementation: by its callee (``register_fake``) or a dispatch
+    key argument (``lib.impl("op", fn, "Meta")``)."""
+    if _FAKE.search(_callee(call)):
+        return True
+    return any(isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.split("(", 1)[0] not in names
+               and _FAKE.search(a.value) for a in list(call.args) + [k.value for k in call.keywords])
+
+
+def _callee(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
 
 
 def _is_key(e: ast.expr, key: str) -> bool:

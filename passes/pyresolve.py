@@ -78,6 +78,8 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 _BUILTIN_SEQ = {"list", "tuple", "sorted", "reversed", "iter"}
 #: a dict's views, read as sequences (``for name, block in self.blocks.items()``)
 _VIEWS = ("items", "values", "keys")
+#: the ``ExtObj`` a JIT loader returns is named ``jit:<loader>``
+JIT_PREFIX = "jit:"
 _MAPPING_GETTERS = ("__getitem__", "get", "pop", "setdefault")
 _MAPPING_BASES = ("dict", "OrderedDict", "UserDict", "Mapping", "MutableMapping")
 #: ``class Name(bases`` up to the next parenthesis: linear however many lines are left unclosed
@@ -480,8 +482,10 @@ class Resolver:
     ``packages``: the top-level packages that count as source (everything else is external).
     """
 
-    def __init__(self, sources: SourceSet, packages: list[str] | None = None, knowns: Knowns | None = None):
+    def __init__(self, sources: SourceSet, packages: list[str] | None = None, knowns: Knowns | None = None,
+                 jit_loaders: frozenset[str] = frozenset()):
         self.sources = sources
+        self.jit_loaders = jit_loaders  #: outside functions that return a module compiled at run time
         self.knowns = knowns or Knowns()
         self.consts = ConstEval(self)
         self.pruned: set[tuple[str, int, int]] = set()  #: branches the configuration decided against (file, line, col)
@@ -1366,6 +1370,8 @@ class Resolver:
             return got + self._pass_through(e, frame)
         if isinstance(c, Ext):
             last = c.qual.split(".")[-1]
+            if c.qual in self.jit_loaders:
+                return [ExtObj(JIT_PREFIX + c.qual)]
             if c.qual == "torch.nn.ModuleDict" and e.args:
                 got = [v for v in self.eval(e.args[0], frame) if isinstance(v, DictV)]
                 if got:
@@ -1662,6 +1668,12 @@ def _in_caller_terms(values: list[Value], fi: FuncInfo, call: ast.Call | None, s
             v = v.recond(source_text(bound[head]) + v.cond[len(head):])
         out.append(v)
     return out
+
+
+def is_cute_jit(fi: FuncInfo) -> bool:
+    """A CuTe DSL function (``@cute.jit`` host code, ``@cute.kernel`` device code): calling it
+    runs a compiled kernel; its body is device code, not calls to follow."""
+    return any(re.fullmatch(r"(?:\w+\.)*cute\.(?:jit|kernel)", d.split("(")[0]) for d in fi.decorators)
 
 
 def is_triton_jit(fi: FuncInfo) -> bool:
