@@ -58,6 +58,7 @@ class KernelCalls:
                 bool(f.get("node", False)), frozenset(f.get("skip", ())), dict(f.get("aten", {})),
                 tuple(f.get("platforms", ()))))
         self.jit_loaders = frozenset(doc.get("jit", {}).get("loaders", ()))
+        self.compilers = frozenset(doc.get("jit", {}).get("compilers", ()))
         tensor = doc.get("tensor", {})
         self.tensor_methods = frozenset(tensor.get("methods", ()))
         self.no_aten = frozenset(tensor.get("no_aten", ()))

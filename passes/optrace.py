@@ -245,6 +245,11 @@ class OpTracer:
                         out.kernels.append(kind)
                 if isinstance(call.func.value, ast.Name) and call.func.value.id == "self" and not out.kernels:
                     out.unresolved = True
+        if not (out.modules or out.ext_modules or out.functions or out.kernels) and isinstance(call.func, ast.Name) \
+                and frame.fn is not None and all(isinstance(v, Unknown) for v in values):
+            bindings = self.r.local_bindings(frame.fn).get(call.func.id) or []
+            if bindings and all(b.kind == "for" for b in bindings):
+                out.unresolved = True  # a loop's element called (``for layer in self.layers: layer(h)``), unknown
         platform = self.r.knowns.platform
         if platform:  # kernels of libraries bound to another platform cannot run
             out.kernels = [k for k in out.kernels if k.runs_on(platform)]

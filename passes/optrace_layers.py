@@ -40,8 +40,8 @@ def layer_lists(r: Resolver, entry: ClassInfo) -> list[LayerList]:
             if obj.cls.qualname in seen:
                 continue
             seen.add(obj.cls.qualname)
-            names = {name for c in r.mro(obj.cls) for name in r.self_assigns(c)}
-            for name in sorted(names):
+            names = dict.fromkeys(name for c in r.mro(obj.cls) for name in r.self_assigns(c))  # in source order
+            for name in names:
                 for v in r.attr_of_obj(obj, name):
                     if isinstance(v, Obj):
                         nxt.append(v)

@@ -90,7 +90,7 @@ class TraceOps(ModulePass):
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
         table = kernel_calls()
-        resolver = Resolver(module.sources, knowns=module.knowns, jit_loaders=table.jit_loaders)
+        resolver = Resolver(module.sources, knowns=module.knowns, jit_loaders=table.jit_loaders, compilers=table.compilers)
         entry = find_entry(resolver, module.entry)
         scope = module.scope or (entry.module.name.rpartition(".")[0] or entry.module.name,)
         module.scope = scope

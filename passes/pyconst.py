@@ -9,7 +9,7 @@ those and the source decide it, and ``MISSING`` otherwise, so that a branch is t
 only on evidence, and kept (marked conditional) on none.
 
 Values come from: literals; config keys (an attribute or ``getattr`` of an object whose name ends
-in ``config``: HF and engine configs are read this way); the platform and phase predicates below;
+in ``config`` or ``_args``: HF configs and engine arguments are read this way); the platform and phase predicates below;
 names and ``self`` attributes whose every assignment gives the same constant (module globals such
 as ``_is_hip = is_hip()``, ``__init__`` fields such as ``self.q_lora_rank = config.q_lora_rank``);
 and arguments bound at the call. Evaluation nests at most ``MAX_CONST_DEPTH`` deep.
@@ -124,9 +124,16 @@ def config_path(e: ast.expr) -> list[str] | None:
         return None
     parts.reverse()
     for i, p in enumerate(parts[:-1]):
-        if p.lower().endswith("config"):
+        if is_config_name(p):
             return parts[i + 1:]
     return None
+
+
+def is_config_name(name: str) -> bool:
+    """An object read as configuration: ``config``, ``hf_config``, ``model_config``, and an
+    engine's arguments (``server_args``, ``engine_args``)."""
+    low = name.lower()
+    return low.endswith("config") or low.endswith("_args")
 
 
 def _dotted(e: ast.expr) -> str:
@@ -351,7 +358,7 @@ class ConstEval:
         if name in ("getattr", "hasattr") and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant):
             key = e.args[1].value
             path = config_path(e.args[0]) if isinstance(e.args[0], ast.Attribute) else (
-                [] if isinstance(e.args[0], ast.Name) and e.args[0].id.lower().endswith("config") else None)
+                [] if isinstance(e.args[0], ast.Name) and is_config_name(e.args[0].id) else None)
             if path is not None and isinstance(key, str):
                 got = self.k.lookup(path + [key])
                 if name == "hasattr":
@@ -362,7 +369,7 @@ class ConstEval:
         if isinstance(func, ast.Attribute) and func.attr == "get" and e.args and isinstance(e.args[0], ast.Constant):
             base = func.value
             path = config_path(base) if isinstance(base, ast.Attribute) else (
-                [] if isinstance(base, ast.Name) and base.id.lower().endswith("config") else None)
+                [] if isinstance(base, ast.Name) and is_config_name(base.id) else None)
             if path is not None and isinstance(e.args[0].value, str):
                 return self.k.lookup(path + [e.args[0].value])
         return MISSING

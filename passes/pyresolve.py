@@ -337,7 +337,7 @@ class ClassInfo:
 class Binding:
     """One way a name gets its value in a scope."""
 
-    kind: str  #: def | class | import | importmod | assign | unpack | for | with | param | seqitem
+    kind: str  #: def | class | import | importmod | assign | unpack | for | with | param | seqitem | append | extend
     node: ast.AST | None
     cond: str = ""
     index: int = -1  #: tuple-unpacking position
@@ -417,7 +417,11 @@ def scope_bindings(body: list[ast.stmt], conds: tuple[str, ...] = (), tests: Tes
             for t in targets:
                 yield from _target_bindings(t, stmt.value, cond, tests=tests)
         elif isinstance(stmt, ast.AugAssign):
+            if isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Name):  # ``layers += [Block()]``
+                yield stmt.target.id, Binding("assign", stmt.value, cond, tests=tests)
             continue
+        elif isinstance(stmt, ast.Expr) and (grown := _grown(stmt)) is not None and isinstance(grown[0], ast.Name):
+            yield grown[0].id, Binding(grown[1], grown[2], cond, tests=tests)  # ``layers.append(Block())``
         elif isinstance(stmt, (ast.For, ast.AsyncFor)):
             yield from _target_bindings(stmt.target, stmt.iter, cond, kind="for", tests=tests)
             yield from scope_bindings(stmt.body, conds, tests)
@@ -483,9 +487,10 @@ class Resolver:
     """
 
     def __init__(self, sources: SourceSet, packages: list[str] | None = None, knowns: Knowns | None = None,
-                 jit_loaders: frozenset[str] = frozenset()):
+                 jit_loaders: frozenset[str] = frozenset(), compilers: frozenset[str] = frozenset()):
         self.sources = sources
         self.jit_loaders = jit_loaders  #: outside functions that return a module compiled at run time
+        self.compilers = compilers  #: outside functions that return the function they are given, compiled
         self.knowns = knowns or Knowns()
         self.consts = ConstEval(self)
         self.pruned: set[tuple[str, int, int]] = set()  #: branches the configuration decided against (file, line, col)
@@ -739,6 +744,15 @@ class Resolver:
                     continue
                 me = args[0].arg
                 for stmt, cond, tests in walk_tested(fi.node.body):
+                    grown = _grown(stmt)
+                    if grown is not None and isinstance(grown[0], ast.Attribute) and isinstance(grown[0].value, ast.Name) \
+                            and grown[0].value.id == me:  # ``self.layers.append(Block(i))`` in a loop
+                        out.setdefault(grown[0].attr, []).append((fi, Binding(grown[1], grown[2], cond, tests=tests)))
+                        continue
+                    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Attribute) \
+                            and isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == me:
+                        out.setdefault(stmt.target.attr, []).append((fi, Binding("assign", stmt.value, cond, tests=tests)))
+                        continue
                     call = stmt.value if isinstance(stmt, ast.Expr) else None
                     if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "setattr"
                             and len(call.args) == 3 and isinstance(call.args[0], ast.Name) and call.args[0].id == me):
@@ -933,6 +947,10 @@ class Resolver:
             return self.eval(b.node, frame) if b.node is not None else []
         if b.kind == "unpack":
             return self.unpack(self.eval(b.node, frame), b.index)
+        if b.kind == "append":  # a list grown one element at a time holds that element
+            return [Seq(self.eval(b.node, frame))] if b.node is not None else []
+        if b.kind == "extend":
+            return [Seq(self.elements(self.eval(b.node, frame)))] if b.node is not None else []
         if b.kind == "for":
             vals = self.eval(b.node, frame) if b.node is not None else []
             elems = self.elements(vals)
@@ -1134,6 +1152,10 @@ class Resolver:
             got = self.attr_of_obj(v, name)
             return got or [self._unknown_attr(name, node)]
         if isinstance(v, ClsRef):
+            if name == "apply" and self.is_autograd_function(v.cls):  # ``_attention.apply(q, k, v)`` runs ``forward``
+                fi = self.lookup_method(v.cls, "forward")
+                if fi is not None:
+                    return [Fn(fi)]
             for c in self.mro(v.cls):
                 if name in c.methods:
                     return [Fn(c.methods[name])]
@@ -1197,6 +1219,11 @@ class Resolver:
         if isinstance(v, Ext):
             return [Ext(v.qual)]  # ``torch.float32``-like; a subscripted typing alias stays external
         return []
+
+    def is_autograd_function(self, ci: ClassInfo) -> bool:
+        """A ``torch.autograd.Function``: its ``apply`` runs its static ``forward``."""
+        return "apply" not in ci.methods and any(
+            b in ("torch.autograd.Function", "torch.autograd.function.Function") for b in self.external_bases(ci))
 
     def is_mapping(self, ci: ClassInfo) -> bool:
         return any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(ci))
@@ -1389,7 +1416,8 @@ class Resolver:
                 columns = [self.elements(self.eval(a, frame)) for a in e.args]
                 items = ([[Ext("builtins.int")]] if last == "enumerate" else []) + columns
                 return [Seq([Seq(dedupe([v for col in items for v in col]), items)])]
-            if c.qual in ("functools.partial", "builtins.staticmethod", "builtins.classmethod") and e.args:
+            if (c.qual in ("functools.partial", "builtins.staticmethod", "builtins.classmethod") or c.qual in self.compilers) \
+                    and e.args:
                 return self.eval(e.args[0], frame)
             if last[:1].isupper():
                 return [ExtObj(c.qual, c.cond)]
@@ -1756,6 +1784,22 @@ def _bind_exprs(target, call: ast.Call, skip_self: bool = True) -> dict[str, lis
         if kw.arg is not None:
             out.setdefault(kw.arg, []).append(kw.value)
     return out
+
+
+def _grown(stmt: ast.stmt) -> tuple[ast.expr, str, ast.expr] | None:
+    """``xs.append(v)`` / ``xs.insert(i, v)`` / ``xs.extend(vs)`` as a statement: (the list, kind,
+    what it gains)."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and not call.keywords):
+        return None
+    name, args = call.func.attr, call.args
+    if name == "append" and len(args) == 1:
+        return call.func.value, "append", args[0]
+    if name == "insert" and len(args) == 2:
+        return call.func.value, "append", args[1]
+    if name == "extend" and len(args) == 1:
+        return call.func.value, "extend", args[0]
+    return None
 
 
 def _flat_targets(t: ast.expr) -> Iterator[tuple[int, ast.expr]]:

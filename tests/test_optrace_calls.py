@@ -241,6 +241,27 @@ class M(nn.Module):
     def forward(self, x):
         return torch.ops.ext.gate(x)
 """, {}, {("torch", "torch.sigmoid")}),
+ "autograd_function": ("""
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k):
+        return torch.softmax(q, -1)
+    @staticmethod
+    def backward(ctx, g):
+        return torch.tanh(g), None
+attention = _Attention.apply
+class M(nn.Module):
+    def forward(self, x):
+        return attention(x, x)
+""", {}, {("torch", "torch.softmax")}),
+ "triton_kernels_library": ("""
+from triton_kernels.matmul_ogs import PrecisionConfig, matmul_ogs
+from triton_kernels.routing import routing
+class M(nn.Module):
+    def forward(self, x, w):
+        rdata, gather, scatter = routing(x, 4)
+        return matmul_ogs(x, w, None, rdata, precision_config=PrecisionConfig())
+""", {}, {("triton-kernels", "routing"), ("triton-kernels", "matmul_ogs")}),
  "unregistered_op_stays_opaque": ("""
 class M(nn.Module):
     def forward(self, x):

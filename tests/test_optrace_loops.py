@@ -39,6 +39,17 @@ class Model(nn.Module):
         self.caches = [None] * self.n
         for i in range(self.n):
             setattr(self, f"layer_{i}", Layer())
+        self.grown = nn.ModuleList()
+        for i in range(self.n):
+            self.grown.append(Layer())
+        built = []
+        for i in range(self.n):
+            built.append(Layer())
+        self.built = nn.ModuleList(built)
+        self.extended = nn.ModuleList()
+        self.extended.extend([Layer() for _ in range(self.n)])
+        self.added = nn.ModuleList()
+        self.added += [Layer()]
 
     def forward(self, h):
 {body}
@@ -58,6 +69,11 @@ LOOPS = {
     "sequential": "h = self.seq(h)",
     "comprehension": "hs = [layer(h) for layer in self.layers]\nh = hs[-1]",
     "reversed": "for layer in reversed(self.layers):\n    h = layer(h)",
+    # lists grown after they are made (DeepSeek-V3's own inference code: ModuleList() then append)
+    "appended-attribute": "for layer in self.grown:\n    h = layer(h)",
+    "appended-local": "for layer in self.built:\n    h = layer(h)",
+    "extended": "for layer in self.extended:\n    h = layer(h)",
+    "added": "for layer in self.added:\n    h = layer(h)",
 }
 
 
@@ -82,6 +98,12 @@ def test_a_loop_not_followed_is_an_error_at_the_layer_class(tmp_path):
     rc, _, err = run_layerc("optrace", pkg, "--entry", "Model", "-o", tmp_path / "r.md")
     assert rc == 1 and "m.py:7:1: error: the decoder layer Layer (the list Model.layers) is never called" in err
     assert not (tmp_path / "r.md").exists()
+
+
+def test_a_loop_over_values_not_known_is_a_located_warning(tmp_path):
+    pkg = _package(tmp_path, LOOPS["for"] + "\nfor hook in self.config.hooks:\n    h = hook(h)")
+    rc, _, err = run_layerc("optrace", pkg, "--entry", "Model", "-o", tmp_path / "r.md")
+    assert rc == 0 and "warning: cannot resolve hook" in err and "1 unresolved calls" in err
 
 
 def test_an_ambiguous_entry_names_the_candidates(tmp_path):

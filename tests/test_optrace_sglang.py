@@ -159,3 +159,14 @@ def test_without_a_backend_every_backend_is_listed(deepseek):
     custom = {(k.family, k.name) for n, _ in deepseek.tree.nodes() if n.label == "self.attn_mqa()"
               for k in n.kernels if not k.native}
     assert len(custom) > 100 and {"flashinfer", "aiter", "sgl-kernel"} <= {f for f, _ in custom}
+
+
+def test_qwen3_without_a_module_is_an_ambiguity_error(wheel, tmp_path):
+    """Issue 18: sglang defines Qwen3ForCausalLM twice; --entry without a module names both."""
+    from layerc_cli import run_layerc
+
+    rc, _, err = run_layerc("optrace", wheel, "--entry", "Qwen3ForCausalLM", "-o", tmp_path / "r.md")
+    assert rc == 1 and "--entry 'Qwen3ForCausalLM' is ambiguous: 2 classes" in err
+    assert "sglang.srt.models.qwen3:Qwen3ForCausalLM (sglang/srt/models/qwen3.py:" in err
+    assert "sglang.multimodal_gen.runtime.models.encoders.qwen3:Qwen3ForCausalLM" in err
+    assert not (tmp_path / "r.md").exists()
