@@ -1,4 +1,4 @@
-"""A Hugging Face ``config.json`` (or a preset of ``passes/data/models.toml``) → ``ModelSpec``:
+"""A Hugging Face ``config.json`` (or a preset of ``grammar/data/models.toml``) → ``ModelSpec``:
 the facts about one decoder layer that its op graph needs, checked, with defaults as
 transformers applies them.
 
@@ -104,7 +104,7 @@ class ModelSpec:
 # -- presets -----------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _presets_file() -> ConfigFile:
-    item = resources.files("layerc.passes").joinpath("data/models.toml")
+    item = resources.files("layerc.grammar").joinpath("data/models.toml")
     return read_toml_config(Path(str(item)), item.read_text(encoding="utf-8"))
 
 

@@ -17,7 +17,8 @@ tree the run never entered is listed (``never_called``), with whether the tree m
 conditional (a branch the configuration of the run did not take) or not (a tree error). The
 model runs with its default attention implementation (SDPA on CPU), as users run it.
 
-torch and transformers are imported only here, and only when the check runs.
+torch is imported only here, and only when the check runs; the model is built by the caller
+(``layerc.tools.optrace.build_profiled_model``), so this pass imports nothing from ``tools``.
 """
 
 from __future__ import annotations
@@ -107,8 +108,11 @@ class ProfileOps(ModulePass):
 
     def apply(self, ctx: Context, module) -> None:
         tree = module.need_tree(self.name)
-        given = ctx.inputs.get("model")  # a tool that built the model to find its source passes it on
-        model, config = given if given is not None else build_profiled_model(self.arch, self.layers)
+        given = ctx.inputs.get("model")  # the tool that built the model (to find its source) passes it on
+        if given is None:
+            raise LayercError(f"{self.name} needs the model it checks: (model, config) in ctx.inputs['model'] "
+                              "(`layerc optrace --dynamic` builds one; so does layerc.tools.optrace.build_profiled_model)")
+        model, config = given
         ops, called = profile(model)
         module.dynamic = agree(tree, ops, self.arch, config, called)
 
@@ -118,30 +122,6 @@ def modeling_file(model) -> tuple[Path, str]:
     dynamic check is built from."""
     cls = type(model)
     return Path(sys.modules[cls.__module__].__file__), cls.__name__
-
-
-def build_profiled_model(arch: str, layers: int):
-    """A tiny random model of ``arch`` (see ``tools.export_hf``) with its default attention
-    implementation (what users run), and experts in their eager implementation where the model
-    offers one, so the Python that runs is the source the tree was built from."""
-    from importlib.util import find_spec
-
-    if find_spec("torch") is None or find_spec("transformers") is None:  # pragma: no cover - environment
-        raise LayercError("optrace --dynamic needs the [torch] extra: pip install 'layerc[torch]'")
-    from layerc.tools.export_hf import build_model
-
-    model = build_model(arch, layers, attention=None)
-    experts = "default"
-    try:
-        if model._can_set_experts_implementation():
-            model.set_experts_implementation("eager")
-            experts = "eager"
-    except (AttributeError, ValueError):
-        pass
-    attention = getattr(model.config, "_attn_implementation", None) or "default"
-    config = {"arch": arch, "layers": layers, "attn_implementation": attention, "experts_implementation": experts,
-              "dtype": "float32", "device": "cpu"}
-    return model, config
 
 
 def profile(model, batch: int = 1, seq_len: int = 8) -> tuple[list[AtenOp], dict[str, list[str]]]:

@@ -1,11 +1,9 @@
 """``layerc optrace`` on sglang's DeepSeek model (seed 003's own subject), read from the pinned
 sglang wheel: ``make install`` downloads it into build/wheels (the wheel is a zip; it is read in
-place, never installed). Without it the test downloads it the same way."""
+place, never installed). Without it these tests skip: no test downloads anything."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,13 +21,9 @@ WHEEL = ROOT / "build" / "wheels" / f"sglang-{SGLANG_VERSION}-py3-none-any.whl"
 
 @pytest.fixture(scope="module")
 def wheel() -> Path:
+    """The pinned wheel, as ``make install`` leaves it; no test downloads anything."""
     if not WHEEL.is_file():
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-               f"sglang=={SGLANG_VERSION}", "-d", str(WHEEL.parent)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0 or not WHEEL.is_file():
-            pytest.fail(f"the sglang {SGLANG_VERSION} wheel is missing and could not be downloaded "
-                        f"(run `make install`): {done.stderr.strip()[-300:]}")
+        pytest.skip(f"the sglang {SGLANG_VERSION} wheel is not in build/wheels: `make install` downloads it")
     return WHEEL
 
 

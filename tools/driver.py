@@ -37,10 +37,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Version(argparse.Action):
+    """``layerc --version``: the installed distribution's version, looked up only when asked
+    (importlib.metadata costs start-up time on every other path)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print layerc's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("layerc")
+        except PackageNotFoundError:
+            found = "(not installed)"
+        parser.exit(message=f"layerc {found}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib import import_module
 
     parser = argparse.ArgumentParser(prog="layerc", description="What your transformer model really does, layer by layer.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = sys.argv[1] if len(sys.argv) > 1 else None
     for name, (module, help_) in COMMANDS.items():

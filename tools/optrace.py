@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context()
     passes = [TraceOps(), CrossValidateKernels()]
     if args.dynamic:
-        from layerc.passes.optrace_dynamic import ProfileOps, build_profiled_model, modeling_file
+        from layerc.passes.optrace_dynamic import ProfileOps, modeling_file
 
         _progress(f"building a tiny {args.arch} model")
         model, config = build_profiled_model(args.arch, args.layers)
@@ -180,3 +180,28 @@ def run(args: argparse.Namespace) -> int:
     if module.dynamic is not None and args.min_agreement is not None and module.dynamic.percent < args.min_agreement:
         raise LayercError(f"dynamic agreement {module.dynamic.percent:.1f}% is below --min-agreement {args.min_agreement}")
     return 0
+
+
+def build_profiled_model(arch: str, layers: int):
+    """A tiny random model of ``arch`` (see ``tools.export_hf``) with its default attention
+    implementation (what users run), and experts in their eager implementation where the model
+    offers one, so the Python that runs is the source the tree was built from."""
+    from importlib.util import find_spec
+
+    if find_spec("torch") is None or find_spec("transformers") is None:  # pragma: no cover - environment
+        raise LayercError("optrace --dynamic needs the [torch] extra: pip install 'layerc[torch]'")
+    from layerc.ir.diagnostics import LayercError
+    from layerc.tools.export_hf import build_model
+
+    model = build_model(arch, layers, attention=None)
+    experts = "default"
+    try:
+        if model._can_set_experts_implementation():
+            model.set_experts_implementation("eager")
+            experts = "eager"
+    except (AttributeError, ValueError):
+        pass
+    attention = getattr(model.config, "_attn_implementation", None) or "default"
+    config = {"arch": arch, "layers": layers, "attn_implementation": attention, "experts_implementation": experts,
+              "dtype": "float32", "device": "cpu"}
+    return model, config
