@@ -34,6 +34,7 @@ class Context:
 @dataclass(frozen=True)
 class ModulePass(ABC):
     name: ClassVar[str]
+    ir: ClassVar[str] = "graph"  #: the IR it runs on (``registry.IRS``)
 
     @abstractmethod
     def apply(self, ctx: Context, module: Module) -> None:

@@ -30,6 +30,7 @@ from layerc.ir.memory import (
     COMBINED_GRAPH, KIND_NAMES, OTHER, SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Kernel, MemoryModule, interval_text, quoted,
 )
 from layerc.passes.base import Context, ModulePass
+from layerc.passes.registry import get_all_passes
 from layerc.passes.mem_liveness import MemLiveness
 
 EDGE_COLORS = {SMEM: "darkgreen", TMEM: "red", OTHER: "black"}
@@ -48,6 +49,7 @@ class MemCheck(ModulePass):
     and space."""
 
     name: ClassVar[str] = "mem-check"
+    ir: ClassVar[str] = "mem"
 
     def apply(self, ctx: Context, module: MemoryModule) -> None:
         module.findings = [f for f in module.findings if f.code.startswith("capacity")]
@@ -346,4 +348,4 @@ def _ticks(ticks: list[int]) -> str:
 
 
 #: name → factory of the memory passes (the graph passes are in ``registry``).
-MEM_PASSES = {cls.name: (lambda cls=cls: cls) for cls in (MemLiveness, MemCheck)}
+MEM_PASSES = get_all_passes("mem")  #: the one registry's memory-plan view

@@ -99,6 +99,7 @@ class MemLiveness(ModulePass):
     the capacity of ``arch`` (``auto``: sm100 with TMEM, else sm90)."""
 
     name: ClassVar[str] = "mem-liveness"
+    ir: ClassVar[str] = "mem"
     arch: str = "auto"
 
     def __post_init__(self) -> None:

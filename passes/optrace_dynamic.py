@@ -103,6 +103,7 @@ class ProfileOps(ModulePass):
     the op tree (the tree must be the one of the installed ``modeling_<arch>.py``)."""
 
     name: ClassVar[str] = "profile-ops"
+    ir: ClassVar[str] = "optree"
     arch: str = "llama"
     layers: int = DYNAMIC_LAYERS
 

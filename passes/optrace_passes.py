@@ -18,6 +18,7 @@ from layerc.grammar.pysource import SourceSet
 from layerc.ir.diagnostics import LayercError, Location, VerifyError, source_line_at
 from layerc.ir.optree import OpNode, OpTree, Site
 from layerc.passes.base import Context, ModulePass
+from layerc.passes.registry import get_all_passes
 from layerc.passes.kernel_calls import KernelKind, kernel_calls
 from layerc.passes.optrace import OpTracer, model_kernel_sites
 from layerc.passes.optrace_layers import check_layers
@@ -87,6 +88,7 @@ class TraceOps(ModulePass):
     """Build the op tree from the entry class's ``forward`` (see ``passes.optrace``)."""
 
     name: ClassVar[str] = "trace-ops"
+    ir: ClassVar[str] = "optree"
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
         table = kernel_calls()
@@ -111,6 +113,7 @@ class CrossValidateKernels(ModulePass):
     """Map kernels to ops and report what does not fit (seed 003 step 5)."""
 
     name: ClassVar[str] = "cross-validate-kernels"
+    ir: ClassVar[str] = "optree"
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
         tree = module.need_tree(self.name)
@@ -214,16 +217,4 @@ def cross_validate(tree: OpTree, tracer: OpTracer | None) -> CrossValidation:
     return CrossValidation(kernels, categories, chains, scanned, unmapped, without)
 
 
-OPTRACE_PASSES = {cls.name: (lambda cls=cls: cls) for cls in (TraceOps, CrossValidateKernels)}
-
-
-def _register_dynamic() -> None:
-    def load():
-        from layerc.passes.optrace_dynamic import ProfileOps
-
-        return ProfileOps
-
-    OPTRACE_PASSES["profile-ops"] = load
-
-
-_register_dynamic()
+OPTRACE_PASSES = get_all_passes("optree")  #: the one registry's op-tree view

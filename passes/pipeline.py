@@ -21,7 +21,7 @@ from layerc.grammar._lark import build_parser, run_parser
 from layerc.ir.diagnostics import LayercError, Location, ParseError
 from layerc.ir.graph import Module
 from layerc.passes.base import Context, ModulePass
-from layerc.passes.registry import get_all_passes, get_pass_class
+from layerc.passes.registry import BUILTIN_PASSES, IRS, get_all_passes, get_pass_class
 
 SOURCE = "<pipeline>"
 
@@ -87,14 +87,15 @@ def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]
     """Parse ``text`` and instantiate its passes (from ``registry``, default the graph passes);
     unknown names and bad options fail here."""
     specs = parse_pipeline_text(text)
-    known = get_all_passes() if registry is None else registry
+    known = get_all_passes("graph") if registry is None else registry
     unknown = [s for s in specs if s.name not in known]
     if unknown:
         s = unknown[0]
         names = ", ".join(sorted(known))
-        raise ParseError(
-            f"unknown pass '{clip(s.name)}' (known passes: {names})", SOURCE, Location(s.line, s.column)
-        ).with_source(SOURCE, text)
+        other = BUILTIN_PASSES.get(s.name)
+        message = (f"pass '{s.name}' runs on the {other[0]} IR (layerc {IRS[other[0]]}), not here (passes here: {names})"
+                   if other is not None else f"unknown pass '{clip(s.name)}' (known passes: {names})")
+        raise ParseError(message, SOURCE, Location(s.line, s.column)).with_source(SOURCE, text)
     passes = []
     for s in specs:
         try:

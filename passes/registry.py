@@ -1,6 +1,9 @@
-"""The pass registry: names → factories, loaded lazily (importing layerc stays cheap).
+"""The pass registry, one for every IR: names → factories, loaded lazily (importing layerc stays
+cheap).
 
-Built-in passes are listed here; other packages add theirs through the ``layerc.passes``
+Built-in passes are listed here with the IR they run on (``graph``: an AutoDeploy/FX graph;
+``trace``: a profiler trace; ``mem``: a memory plan; ``optree``: model source and its op tree);
+each pass class says the same in ``ir``. Other packages add theirs through the ``layerc.passes``
 entry-point group (``name = "package.module:PassClass"``). A name defined twice is an error.
 """
 
@@ -8,25 +11,36 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import Callable
 
 from layerc.ir.diagnostics import LayercError
 from layerc.passes.base import ModulePass
 
-#: name → "module:Class" of the built-in passes.
-BUILTIN_PASSES: dict[str, str] = {
-    "dce": "layerc.passes.dce:DeadCodeElimination",
-    "select-graph": "layerc.passes.select_graph:SelectGraph",
-    "strip-unused-weights": "layerc.passes.dce:StripUnusedWeights",
-    "tag-weights": "layerc.passes.tag_weights:TagWeights",
-    "slice-layers": "layerc.passes.slicing:SliceLayers",
-    "slice-layer": "layerc.passes.slicing:SliceLayer",
-    "infer-groups": "layerc.passes.groups:InferGroups",
-    "specialize-shapes": "layerc.passes.cost:SpecializeShapes",
-    "cost": "layerc.passes.cost:CostModel",
-    "schedule": "layerc.passes.schedule:ListSchedule",
-    "bind-kernels": "layerc.passes.bind_kernels:BindKernels",
+#: the IRs passes run on, and the commands whose pipelines run them
+IRS: dict[str, str] = {"graph": "opt, layer", "trace": "trace", "mem": "mem", "optree": "optrace"}
+
+#: name → (IR, "module:Class") of the built-in passes.
+BUILTIN_PASSES: dict[str, tuple[str, str]] = {
+    "dce": ("graph", "layerc.passes.dce:DeadCodeElimination"),
+    "select-graph": ("graph", "layerc.passes.select_graph:SelectGraph"),
+    "strip-unused-weights": ("graph", "layerc.passes.dce:StripUnusedWeights"),
+    "tag-weights": ("graph", "layerc.passes.tag_weights:TagWeights"),
+    "slice-layers": ("graph", "layerc.passes.slicing:SliceLayers"),
+    "slice-layer": ("graph", "layerc.passes.slicing:SliceLayer"),
+    "infer-groups": ("graph", "layerc.passes.groups:InferGroups"),
+    "specialize-shapes": ("graph", "layerc.passes.cost:SpecializeShapes"),
+    "cost": ("graph", "layerc.passes.cost:CostModel"),
+    "schedule": ("graph", "layerc.passes.schedule:ListSchedule"),
+    "bind-kernels": ("graph", "layerc.passes.bind_kernels:BindKernels"),
+    "classify-kernels": ("trace", "layerc.passes.trace_passes:ClassifyKernels"),
+    "detect-layers": ("trace", "layerc.passes.trace_passes:DetectLayers"),
+    "merge-half-layers": ("trace", "layerc.passes.trace_passes:MergeHalfLayers"),
+    "type-layers": ("trace", "layerc.passes.trace_passes:TypeLayers"),
+    "mem-liveness": ("mem", "layerc.passes.mem_liveness:MemLiveness"),
+    "mem-check": ("mem", "layerc.passes.mem_check:MemCheck"),
+    "trace-ops": ("optree", "layerc.passes.optrace_passes:TraceOps"),
+    "cross-validate-kernels": ("optree", "layerc.passes.optrace_passes:CrossValidateKernels"),
+    "profile-ops": ("optree", "layerc.passes.optrace_dynamic:ProfileOps"),
 }
 
 
@@ -35,15 +49,32 @@ def _loader(spec: str) -> Callable[[], type[ModulePass]]:
     return lambda: getattr(import_module(module), cls)
 
 
-@lru_cache(maxsize=1)
-def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Every known pass name with a factory that imports its class on first use."""
-    passes = {name: _loader(spec) for name, spec in BUILTIN_PASSES.items()}
-    for ep in entry_points(group="layerc.passes"):
-        if ep.name in passes:
+@lru_cache(maxsize=None)
+def get_all_passes(ir: str | None = None) -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every known pass name (of one IR, or of all) with a factory that imports its class on
+    first use. A plugin's IR is known only once it is loaded: it is loaded to be filtered."""
+    passes = {name: _loader(spec) for name, (kind, spec) in BUILTIN_PASSES.items() if ir in (None, kind)}
+    for ep in _plugins():
+        if ep.name in BUILTIN_PASSES or ep.name in passes:
             raise LayercError(f"pass '{ep.name}' is registered twice (entry point {ep.value})")
-        passes[ep.name] = _plugin_loader(ep)
+        load = _plugin_loader(ep)
+        if ir is None or getattr(load(), "ir", "graph") == ir:
+            passes[ep.name] = load
     return passes
+
+
+def _plugins() -> list:
+    """The ``layerc.passes`` entry points (importlib.metadata is imported only when asked)."""
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group="layerc.passes"))
+
+
+def pass_ir(name: str) -> str:
+    """The IR a registered pass runs on."""
+    if name in BUILTIN_PASSES:
+        return BUILTIN_PASSES[name][0]
+    return getattr(get_pass_class(name), "ir", "graph")
 
 
 def _plugin_loader(ep) -> Callable[[], type[ModulePass]]:
@@ -65,4 +96,6 @@ def get_pass_class(name: str) -> type[ModulePass]:
     cls = factory()
     if getattr(cls, "name", None) != name:
         raise LayercError(f"pass class {cls.__qualname__} is registered as '{name}' but is named '{getattr(cls, 'name', None)}'")
+    if name in BUILTIN_PASSES and getattr(cls, "ir", "graph") != BUILTIN_PASSES[name][0]:
+        raise LayercError(f"pass '{name}' is registered for the {BUILTIN_PASSES[name][0]} IR but runs on {cls.ir}")
     return cls

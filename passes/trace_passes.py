@@ -18,6 +18,7 @@ import numpy as np
 from layerc.ir.diagnostics import LayercError, VerifyError
 from layerc.ir.trace import Trace
 from layerc.passes.base import Context, ModulePass
+from layerc.passes.registry import get_all_passes
 from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
 from layerc.passes.trace_layers import STRATEGIES, LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
@@ -61,6 +62,7 @@ class ClassifyKernels(ModulePass):
     (``tables``: a directory of extra TOML families, tried first)."""
 
     name: ClassVar[str] = "classify-kernels"
+    ir: ClassVar[str] = "trace"
     tables: str | None = None
 
     def apply(self, ctx: Context, module: TraceModule) -> None:
@@ -73,6 +75,7 @@ class DetectLayers(ModulePass):
     layer's attention and FFN halves apart, whichever strategy decides."""
 
     name: ClassVar[str] = "detect-layers"
+    ir: ClassVar[str] = "trace"
     strategy: str = "auto"
     merge: bool = True
 
@@ -93,6 +96,7 @@ class MergeHalfLayers(ModulePass):
     """Join each half layer without attention to the attention half before it (dual-norm models)."""
 
     name: ClassVar[str] = "merge-half-layers"
+    ir: ClassVar[str] = "trace"
 
     def apply(self, ctx: Context, module: TraceModule) -> None:
         layers = module.need_layers(self.name)
@@ -111,6 +115,7 @@ class TypeLayers(ModulePass):
     """Each layer's type (MLA_MOE, MHA_FC, ...) and voted stage, and each kernel's stage."""
 
     name: ClassVar[str] = "type-layers"
+    ir: ClassVar[str] = "trace"
 
     def apply(self, ctx: Context, module: TraceModule) -> None:
         layers, cls = module.need_layers(self.name), module.need_classification()
@@ -118,7 +123,4 @@ class TypeLayers(ModulePass):
         module.stage = kernel_stages(module.trace, cls, layers, module.table)
 
 
-#: name → factory of the trace passes (the graph passes are in ``registry``).
-TRACE_PASSES = {
-    cls.name: (lambda cls=cls: cls) for cls in (ClassifyKernels, DetectLayers, MergeHalfLayers, TypeLayers)
-}
+TRACE_PASSES = get_all_passes("trace")  #: the one registry's trace view

@@ -54,6 +54,9 @@ def test_emit_json_and_fx(tmp_path):
 def test_list_passes():
     r = layerc("opt", "--list-passes")
     assert r.returncode == 0 and "dce" in r.stdout and "select-graph{section=str}" in r.stdout
+    for header, name in (("graph IR (layerc opt, layer):", "bind-kernels"), ("trace IR (layerc trace):", "detect-layers"),
+                         ("mem IR (layerc mem):", "mem-liveness"), ("optree IR (layerc optrace):", "trace-ops")):
+        assert header in r.stdout and r.stdout.index(header) < r.stdout.index(f"  {name}")
 
 
 def test_bad_input_is_located_with_caret_and_no_partial_output(tmp_path):

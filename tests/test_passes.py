@@ -67,10 +67,17 @@ def test_unknown_passes_fail_before_any_work():
 
 
 def test_registry_is_lazy_and_complete():
+    """One registry for every IR: each pass loads under its name and runs on the IR it is
+    registered for; each IR's view holds exactly its passes."""
+    from layerc.passes.registry import IRS, pass_ir
+
     passes = get_all_passes()
-    assert {"dce", "select-graph", "strip-unused-weights"} <= set(passes)
+    assert {"dce", "select-graph", "strip-unused-weights", "classify-kernels", "mem-check", "trace-ops"} <= set(passes)
+    assert len(passes) == 20
     for name, factory in passes.items():
-        assert factory().name == name
+        cls = factory()
+        assert cls.name == name and cls.ir == pass_ir(name) and cls.ir in IRS
+    assert sorted(n for ir in IRS for n in get_all_passes(ir)) == sorted(passes)
 
 
 def _module(*lines):

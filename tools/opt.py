@@ -80,12 +80,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list_passes() -> int:
+    """Every registered pass, by the IR it runs on (and the command whose pipeline runs it),
+    with its options and the first line of its docstring."""
     import dataclasses
     import typing
 
-    from layerc.passes.registry import get_all_passes, get_pass_class
+    from layerc.passes.registry import IRS, get_all_passes, get_pass_class, pass_ir
 
-    for name in sorted(get_all_passes()):
+    names = sorted(get_all_passes(), key=lambda n: (list(IRS).index(pass_ir(n)) if pass_ir(n) in IRS else len(IRS), n))
+    shown = None
+    for name in names:
+        ir = pass_ir(name)
+        if ir != shown:
+            sys.stdout.write(f"{'' if shown is None else chr(10)}{ir} IR (layerc {IRS.get(ir, 'opt')}):\n")
+            shown = ir
         cls = get_pass_class(name)
         hints = typing.get_type_hints(cls)
         opts = " ".join(
@@ -93,7 +101,7 @@ def _list_passes() -> int:
             for f in dataclasses.fields(cls)
         )
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        sys.stdout.write(f"{name}{'{' + opts + '}' if opts else ''}\n    {doc}\n")
+        sys.stdout.write(f"  {name}{'{' + opts + '}' if opts else ''}\n      {doc}\n")
     return 0
 
 
