@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import re
@@ -58,8 +59,9 @@ def test_parser():
     args = p.parse_args(["--arch", "deepseek_v3", "out"])
     assert (args.arch, args.layers, args.outdir) == ("deepseek_v3", 2, "out")
     assert p.parse_args(["--arch", "llama", "--layers", "5", "o"]).layers == 5
-    with pytest.raises(SystemExit):
-        p.parse_args(["--arch", "no_such_arch", "o"])
+    if importlib.util.find_spec("transformers") is not None:  # without it, run() says what is missing
+        with pytest.raises(SystemExit):
+            p.parse_args(["--arch", "no_such_arch", "o"])
     for required in ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "mistral"):
         assert required in export_hf.ARCHES
 

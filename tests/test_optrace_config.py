@@ -22,7 +22,7 @@ from layerc.passes.pyconst import Knowns, config_path, parse_config_value
 from layerc.tools.driver import main
 
 from optrace_config_gen import make_package
-from test_optrace import HF, find, kernel_names
+from test_optrace import HF, find, kernel_names, needs_transformers
 
 
 def traced(source, entry: str, knowns: Knowns) -> OpTraceModule:
@@ -113,6 +113,7 @@ def test_key_value_pairs_read_json_values(text, value):
 
 # -- transformers ---------------------------------------------------------------------------
 
+@needs_transformers
 def test_hf_attention_and_activation_follow_the_configuration():
     path = HF / "llama" / "modeling_llama.py"
     sdpa = traced(path, "LlamaForCausalLM", Knowns({"hidden_act": "silu"}, attention_backend="sdpa")).tree

@@ -10,6 +10,9 @@ from functools import lru_cache
 import orjson
 import pytest
 
+pytest.importorskip("torch", reason="the dynamic check runs a model: the [torch] extra")
+pytest.importorskip("transformers", reason="the dynamic check runs a model: the [torch] extra")
+
 from layerc.grammar.pysource import SourceSet
 from layerc.passes.base import Context
 from layerc.passes.optrace_dynamic import ProfileOps, agree, compare_modules, modeling_file, profile

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_optrace import HF, find, kernel_names, trace
+from test_optrace import HF, find, kernel_names, needs_transformers, trace
 from layerc_cli import run_layerc
 
 MODEL = '''
@@ -116,6 +116,7 @@ def test_an_ambiguous_entry_names_the_candidates(tmp_path):
     assert rc == 0, err
 
 
+@needs_transformers
 @pytest.mark.parametrize("arch, entry", [("gpt_oss", "GptOssForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
                                          ("qwen3", "Qwen3ForCausalLM"), ("gemma3", "Gemma3ForCausalLM"),
                                          ("llama4", "Llama4ForCausalLM")])
