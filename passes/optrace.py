@@ -318,9 +318,9 @@ class OpTracer:
         try:
             frame = self.frame(fn)
             for cs in self.calls(fn):
-                if cs.tests and self.r.excluded(cs.tests, frame):
+                if self.r.excluded(cs.tests, frame):
                     continue
-                cond = self.site_cond(cs, frame)
+                cond = self.r.live_cond(cs.cond, cs.tests, frame)
                 label, site = call_label(cs.call), self.r.site(fn.fn.module, cs.call)
                 found = self._call_hits(cs.call, frame)
                 self.merged += 1 + len(found)
@@ -346,14 +346,6 @@ class OpTracer:
             self.merged += 1
             out += [(h, f.cond) for h in self.kernel_hits(f)]
         return out
-
-    def site_cond(self, cs: CallSite, frame: Frame) -> str:
-        """The condition a call is marked with: as written with no configuration; else its
-        innermost ``if`` test that the configuration leaves undecided ("" when none is)."""
-        if not cs.tests or self.r.knowns.empty:
-            return cs.cond
-        live = self.r.consts.live_cond(cs.tests, frame)
-        return cond_text(*live) if live is not None else ""
 
     # -- does library code hand work back to the model's modules?
 
@@ -427,9 +419,9 @@ class OpTracer:
             if self.examined > MAX_TREE_CALLS:  # the alternatives of earlier calls took it there
                 self._tree_full(site, call_label(sub))
                 break
-            if cs.tests and self.r.excluded(cs.tests, frame):
+            if self.r.excluded(cs.tests, frame):
                 continue
-            cond = self.site_cond(cs, frame)
+            cond = self.r.live_cond(cs.cond, cs.tests, frame)
             c = self.resolve_call(sub, frame)
             if c.modules and cs.tests:
                 c.modules = self.narrow(sub.func, c.modules, cs.tests, frame)

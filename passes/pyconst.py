@@ -172,10 +172,6 @@ class ConstEval:
         except Exception:  # an object whose truth is not plain
             return None
 
-    def excluded(self, tests: "Tests", frame: "Frame") -> bool:
-        """Whether one of the ``if`` tests a statement sits under is decided against it."""
-        return self.r.excluded(tests, frame)
-
     def live_cond(self, tests: "Tests", frame: "Frame") -> tuple[ast.expr, bool] | None:
         """The innermost test left undecided (what a conditional mark shows), or None."""
         for test, negated in reversed(tests):
@@ -281,7 +277,7 @@ class ConstEval:
                 if b.kind != "assign" or b.node is None:
                     return MISSING
                 frame = Frame(fi, fi.module)
-                if self.excluded(b.tests, frame):
+                if self.r.excluded(b.tests, frame):
                     continue
                 values.append(self.value(b.node, frame))
             for expr in c.body_assigns.get(name, []):
@@ -341,7 +337,7 @@ class ConstEval:
         for b in bindings:
             if b.kind != "assign" or b.node is None:
                 return MISSING
-            if self.excluded(b.tests, frame):
+            if self.r.excluded(b.tests, frame):
                 continue
             values.append(self.value(b.node, frame))
         return values[0] if values and all(v is not MISSING and _same(v, values[0]) for v in values) else MISSING

@@ -77,7 +77,7 @@ _FAKE = re.compile(r"fake|abstract|meta", re.I)
 def torch_op_impls(r: "Resolver", qual: str) -> list["Value"]:
     """The package functions registered as the implementation of ``torch.ops.<ns>.<op>``
     (``qual``), or [] where the package registers none (the op stays an opaque kernel)."""
-    from layerc.passes.pyresolve import Fn, Frame
+    from layerc.passes.pyresolve import Fn, Frame, dedupe
 
     parts = qual.split(".")
     if len(parts) < 4 or parts[2] in ("aten", "prim"):
@@ -104,7 +104,7 @@ def torch_op_impls(r: "Resolver", qual: str) -> list["Value"]:
                     for a in args:
                         if isinstance(a, (ast.Name, ast.Attribute)):
                             out += [v for v in r.eval(a, frame) if isinstance(v, Fn)]
-    out = list({v.key: v for v in out}.values())
+    out = dedupe(out)
     r._global_cache[key] = out  # type: ignore[assignment]
     return out
 

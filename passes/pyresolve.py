@@ -516,9 +516,8 @@ class Resolver:
         self._read: set[str] = set()
         self._import_busy: set[tuple[str, str]] = set()
         self._super_inits: dict[tuple, ast.Call | None] = {}
-        self._key_calls: dict[int, ast.Call] = {}
+        self._key_calls: dict[ast.AST, ast.Call] = {}  #: by the subscript or getter call they stand for
         self.chosen_classes_cache: list[ClassInfo] | None = None  #: what ``knowns.selections`` build (pyregistry)
-        self._key_nodes: list[ast.AST] = []
 
     # ---- modules and definitions
 
@@ -847,9 +846,7 @@ class Resolver:
                 frame = inits.get(c.qualname) if fi.name == "__init__" else None
                 if frame is None:
                     frame = Frame(fi, fi.module, obj)
-                if b.tests and self.excluded(b.tests, frame):
-                    continue
-                got = [v.with_cond(self.live_cond(b, frame)) for v in self._binding_values(b, frame)]
+                got = self.live_values(b, frame)
                 (constructed if fi.name == "__init__" else later).extend(got)
         out += constructed if known(constructed) else constructed + later
         for c in classes:
@@ -909,9 +906,7 @@ class Resolver:
             out = []
             frame = Frame(None, mod)
             for b in self.globals_of(mod).get(name, []):
-                if b.tests and self.excluded(b.tests, frame):
-                    continue
-                out += [v.with_cond(self.live_cond(b, frame)) for v in self._binding_values(b, frame)]
+                out += self.live_values(b, frame)
             if not out:  # ``from .ops import *`` (chains of them): the name may come from there
                 for stmt in (self.tree(mod) or ast.Module(body=[])).body:
                     if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
@@ -1015,9 +1010,7 @@ class Resolver:
             if ident in params:
                 out += self._param(ident, params[ident], frame)
             for b in bindings or []:
-                if b.tests and self.excluded(b.tests, frame):
-                    continue
-                out += [v.with_cond(self.live_cond(b, frame)) for v in self._binding_values(b, frame)]
+                out += self.live_values(b, frame)
         finally:
             frame.busy.discard(ident)
         out = dedupe(out)
@@ -1243,11 +1236,10 @@ class Resolver:
     def _key_call(self, node: ast.AST, key: ast.expr) -> ast.Call:
         """A call ``(key)`` standing for ``m[key]`` or ``m.get(key)`` to bind ``__getitem__``'s
         key; one per place, so returns stay cached per calling context."""
-        call = self._key_calls.get(id(node))
-        if call is None or call.args[0] is not key:
+        call = self._key_calls.get(node)
+        if call is None:
             call = ast.copy_location(ast.Call(func=ast.Name("__getitem__", ast.Load()), args=[key], keywords=[]), node)
-            self._key_calls[id(node)] = call
-            self._key_nodes.append(node)  # kept alive: its id stays its own
+            self._key_calls[node] = call
         return call
 
     def mapping_contents(self, obj: Obj, index=None) -> list[Value]:
@@ -1552,13 +1544,22 @@ class Resolver:
     def mark_pruned(self, test: ast.expr, frame: Frame) -> None:
         self.pruned.add((frame.module.path if frame.module is not None else "?", test.lineno, test.col_offset + 1))
 
-    def live_cond(self, b: Binding, frame: Frame) -> str:
-        """The condition a binding is marked with: its innermost ``if`` test that the
-        configuration leaves undecided ("" when every one is decided for it)."""
-        if not b.tests or self.knowns.empty:
-            return b.cond
-        got = self.consts.live_cond(b.tests, frame)
+    def live_cond(self, cond: str, tests: Tests, frame: Frame) -> str:
+        """The condition a binding or call written under ``tests`` is marked with: ``cond`` as
+        written with no configuration; else its innermost ``if`` test that the configuration
+        leaves undecided ("" when every one is decided for it)."""
+        if not tests or self.knowns.empty:
+            return cond
+        got = self.consts.live_cond(tests, frame)
         return cond_text(got[0], got[1]) if got else ""
+
+    def live_values(self, b: Binding, frame: Frame) -> list[Value]:
+        """A binding's values, marked with its live condition; none where the configuration
+        decides against it."""
+        if self.excluded(b.tests, frame):
+            return []
+        cond = self.live_cond(b.cond, b.tests, frame)
+        return [v.with_cond(cond) for v in self._binding_values(b, frame)]
 
     # ---- calls as the op tracer sees them
 
@@ -1587,7 +1588,7 @@ class Resolver:
                 if fi is not None:
                     out.append(Fn(fi, self.make_obj(c, None, None, declared=True)))
                     break
-        return list({f.key: f for f in out}.values())
+        return dedupe(out)  # type: ignore[return-value]
 
     def forward_of(self, obj: Obj) -> list[Fn]:
         """What calling a module instance runs: ``__call__`` when a package class defines one,
