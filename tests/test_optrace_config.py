@@ -160,3 +160,28 @@ def test_cli_bad_configuration(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{bad}:1:1: error:" in err and "Traceback" not in err
     assert truth.backends
+
+
+def test_cli_dotted_keys_set_nested_config(tmp_path):
+    """``--config text_config.hidden_act=silu`` sets the key inside the sub-config, where an HF
+    multimodal model reads it (``config.text_config.hidden_act``)."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.py").write_text(
+        "import torch\nfrom torch import nn\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "        self.config = config\n"
+        "    def forward(self, x):\n"
+        "        if self.config.text_config.use_gate:\n"
+        "            x = torch.sigmoid(x)\n"
+        "        return torch.relu(x)\n")
+    out = tmp_path / "r.json"
+    assert main(["optrace", str(pkg), "--entry", "M", "--config", "text_config.use_gate=false", "--json", str(out)]) == 0
+    assert {k["name"] for k in orjson.loads(out.read_bytes())["kernels"]} == {"torch.relu"}
+    for bad in ("a..b=1", ".a=1", "a.=1"):
+        with pytest.raises(SystemExit) as e:
+            main(["optrace", str(pkg), "--entry", "M", "--config", bad])
+        assert e.value.code == 2

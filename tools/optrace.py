@@ -76,6 +76,7 @@ def knowns(args: argparse.Namespace):
     """The configuration the tree is made under, from ``--config`` (files and key=value pairs,
     later ones win) and the named choices."""
     import os
+    import re
 
     from layerc.grammar.config_files import read_json_config
     from layerc.passes.pyconst import Knowns, parse_config_value
@@ -84,9 +85,16 @@ def knowns(args: argparse.Namespace):
     for item in args.config or []:
         key, eq, value = item.partition("=")
         if eq and not os.path.exists(item):
-            if not key.strip() or not key.strip().replace("_", "a").replace(".", "a").isalnum():
-                args.usage_error(f"--config {item!r}: give a config.json or key=value with a key of letters, digits and _")
-            config[key.strip()] = parse_config_value(value.strip())
+            if not re.fullmatch(r"\w+(?:\.\w+)*", key.strip()):
+                args.usage_error(f"--config {item!r}: give a config.json or key=value with a key of letters, digits, _ "
+                                 "and dots (text_config.hidden_act)")
+            *parents, last = key.strip().split(".")  # ``text_config.hidden_act=silu``: a nested key
+            here = config
+            for part in parents:
+                if not isinstance(here.get(part), dict):
+                    here[part] = {}
+                here = here[part]
+            here[last] = parse_config_value(value.strip())
             continue
         cf = read_json_config(item)
         if not isinstance(cf.doc, dict):
@@ -188,9 +196,10 @@ def build_profiled_model(arch: str, layers: int):
     offers one, so the Python that runs is the source the tree was built from."""
     from importlib.util import find_spec
 
+    from layerc.ir.diagnostics import LayercError
+
     if find_spec("torch") is None or find_spec("transformers") is None:  # pragma: no cover - environment
         raise LayercError("optrace --dynamic needs the [torch] extra: pip install 'layerc[torch]'")
-    from layerc.ir.diagnostics import LayercError
     from layerc.tools.export_hf import build_model
 
     model = build_model(arch, layers, attention=None)
