@@ -1,17 +1,42 @@
-"""Text emitters for ``layerc opt --emit``, by name (xdsl-opt's targets)."""
+"""The emitter contract: (IR, format) → a function that renders a module of that IR as text.
+
+``layerc opt --emit FORMAT`` and ``--print-ir-after-all`` take their printers from here; each
+command's file outputs (``layer``'s JSON/DOT/PNG, ``trace``'s JSON/CSV/Perfetto, ``mem``'s
+pictures) are emitters of the same IRs. Emitters load on first use.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from importlib import import_module
+from typing import Any, Callable
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Module
 
+#: (IR, format) → "module:function"; the first format listed for an IR is its default
+EMITTER_SPECS: dict[tuple[str, str], str] = {
+    ("graph", "ad"): "layerc.backends.autodeploy:print_module",
+    ("graph", "fx"): "layerc.backends.registry:_fx",
+    ("graph", "json"): "layerc.backends.json_ir:dumps",
+    ("trace", "text"): "layerc.backends.trace_ir:print_trace",
+    ("mem", "text"): "layerc.backends.mem_report:ir_text",
+    ("optree", "text"): "layerc.backends.registry:_optree_text",
+}
 
-def _ad(module: Module) -> str:
-    from layerc.backends.autodeploy import print_module
 
-    return print_module(module)
+def formats(ir: str) -> list[str]:
+    """The formats a module of ``ir`` can be emitted in, its default first."""
+    return [fmt for kind, fmt in EMITTER_SPECS if kind == ir]
+
+
+def emitter(ir: str, fmt: str | None = None) -> Callable[[Any], str]:
+    """The printer of ``ir`` in ``fmt`` (default: the IR's first format)."""
+    fmt = fmt or formats(ir)[0]
+    spec = EMITTER_SPECS.get((ir, fmt))
+    if spec is None:
+        raise LayercError(f"the {ir} IR has no '{fmt}' output (it has: {', '.join(formats(ir))})")
+    module, _, name = spec.partition(":")
+    return getattr(import_module(module), name)
 
 
 def _fx(module: Module) -> str:
@@ -23,10 +48,13 @@ def _fx(module: Module) -> str:
     return print_graph(module.graphs[0]) + "\n"
 
 
-def _json(module: Module) -> str:
-    from layerc.backends.json_ir import dumps
+def _optree_text(module: Any) -> str:
+    from layerc.backends.optrace import graph_lines
 
-    return dumps(module)
+    lines = graph_lines(module.tree, lambda site: f"{site.path}#L{site.line}") if module.tree else []
+    return "\n".join(lines) + "\n"
 
 
-EMITTERS: dict[str, Callable[[Module], str]] = {"ad": _ad, "fx": _fx, "json": _json}
+#: the graph IR's printers by format (``layerc opt --emit``)
+EMITTERS: dict[str, Callable[[Module], str]] = {fmt: (lambda fmt: lambda m: emitter("graph", fmt)(m))(fmt)
+                                               for fmt in formats("graph")}

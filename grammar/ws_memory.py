@@ -249,6 +249,11 @@ EMPTY_LABELS = {"No SMEM allocations", "No TMEM allocations", "No liveness inter
 
 
 # -- reading ---------------------------------------------------------------------------------------
+def holds_graphs(text: str) -> bool:
+    """Whether ``text`` holds a planner graph (a marked section or a bare ``digraph``)."""
+    return bool(_BEGIN.search(text) or _BARE.search(text))
+
+
 def read_ws_memory(path: str | Path) -> MemoryModule:
     """A dump directory or a debug log (``.gz`` too)."""
     p = check_file(path, directory=True, what="file or directory")

@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
+from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, Graph, Module, Node, Weight
 from layerc.ir.targets import op_name
 from layerc.passes.base import Context, ModulePass
@@ -365,16 +366,15 @@ class InferGroups(ModulePass):
     """Name the part of its layer each op is (meta 'group', 'sub_group', 'aux_stream')."""
 
     name: ClassVar[str] = "infer-groups"
+    requires: ClassVar[tuple[str, ...]] = ("slice-layers",)
 
     def apply(self, ctx: Context, module: Module) -> None:
-        from layerc.passes.slicing import SliceLayers
-
         for graph in module.graphs:
             if "layer" in graph.meta:  # one sliced layer
                 infer_groups(graph.nodes)
                 continue
             if "layers" not in graph.meta:
-                SliceLayers().apply(ctx, Module(graphs=[graph]))
+                raise LayercError(f"infer-groups needs the layers of graph '{graph.name}': run slice-layers first (a PassManager does)")
             by_layer: dict[int, list[Node]] = {}
             for n in graph.nodes:
                 if n.kind == OP and n.meta.get("layer") is not None:

@@ -104,12 +104,15 @@ class ProfileOps(ModulePass):
 
     name: ClassVar[str] = "profile-ops"
     ir: ClassVar[str] = "optree"
+    requires: ClassVar[tuple[str, ...]] = ("trace-ops",)
     arch: str = "llama"
     layers: int = DYNAMIC_LAYERS
 
     def apply(self, ctx: Context, module) -> None:
         tree = module.need_tree(self.name)
         given = ctx.inputs.get("model")  # the tool that built the model (to find its source) passes it on
+        if given is None and (build := ctx.inputs.get("build_model")) is not None:
+            given = build(self.arch, self.layers)  # (`layerc opt` passes a builder of tiny models)
         if given is None:
             raise LayercError(f"{self.name} needs the model it checks: (model, config) in ctx.inputs['model'] "
                               "(`layerc optrace --dynamic` builds one; so does layerc.tools.optrace.build_profiled_model)")

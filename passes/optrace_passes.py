@@ -4,8 +4,7 @@ checks it against a bottom-up scan of the model's kernel calls (seed 003, step 5
 pass contract (frozen dataclass, ``name``, ``apply(ctx, module)``) on an ``OpTraceModule``::
 
     module = OpTraceModule(SourceSet("modeling_llama.py"), "LlamaForCausalLM")
-    for p in build_pipeline("trace-ops,cross-validate-kernels", OPTRACE_PASSES):
-        p.apply(Context(), module)
+    run_passes(build_pipeline("cross-validate-kernels", OPTRACE_PASSES), module)  # runs trace-ops first
 """
 
 from __future__ import annotations
@@ -84,11 +83,15 @@ class OpTraceModule:
 
 
 @dataclass(frozen=True)
-class TraceOps(ModulePass):
+class TraceOps(ModulePass["OpTraceModule"]):
     """Build the op tree from the entry class's ``forward`` (see ``passes.optrace``)."""
 
     name: ClassVar[str] = "trace-ops"
     ir: ClassVar[str] = "optree"
+
+    @classmethod
+    def satisfied(cls, module: OpTraceModule) -> bool:
+        return module.tree is not None
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
         table = kernel_calls()
@@ -109,11 +112,12 @@ class TraceOps(ModulePass):
 
 
 @dataclass(frozen=True)
-class CrossValidateKernels(ModulePass):
+class CrossValidateKernels(ModulePass["OpTraceModule"]):
     """Map kernels to ops and report what does not fit (seed 003 step 5)."""
 
     name: ClassVar[str] = "cross-validate-kernels"
     ir: ClassVar[str] = "optree"
+    requires: ClassVar[tuple[str, ...]] = ("trace-ops",)
 
     def apply(self, ctx: Context, module: OpTraceModule) -> None:
         tree = module.need_tree(self.name)

@@ -162,7 +162,9 @@ class PassTiming:
 
 @dataclass
 class PassManager:
-    """Runs passes in order. After each: verify (unless disabled), print the IR if asked, time it."""
+    """Runs passes in order, each after the passes it requires that the module lacks (run with
+    their default options). After each step: verify (unless disabled), drop the analyses the
+    step does not preserve, print the IR if asked, time it. ``ran`` lists every step that ran."""
 
     passes: list[ModulePass]
     verify_each: bool = True
@@ -170,36 +172,54 @@ class PassManager:
     print_ir: Callable[[Module], str] | None = None
     ir_stream: TextIO | None = None
     timings: list[PassTiming] = field(default_factory=list)
+    ran: list[ModulePass] = field(default_factory=list)
 
-    def run(self, ctx: Context, module: Module) -> None:
+    def run(self, ctx: Context, module) -> None:
         """Run every pass; an error that names no file is about the module's input, and says so."""
         try:
-            self._run(ctx, module)
+            for p in self.passes:
+                self._step(p, ctx, module, ())
         except LayercError as e:
             if e.path is None and getattr(module, "source", None) is not None:
                 e.path = module.source
             raise
 
-    def _run(self, ctx: Context, module: Module) -> None:
-        for p in self.passes:
+    def _step(self, p: ModulePass, ctx: Context, module, needed_by: tuple[str, ...]) -> None:
+        for name in type(p).requires:
+            if name in needed_by:
+                raise LayercError(f"pass '{p.name}' requires '{name}', which requires it: "
+                                  f"{' -> '.join((*needed_by, p.name, name))}")
+            required = get_pass_class(name)
+            if not required.satisfied(module):
+                self._step(required(), ctx, module, (*needed_by, p.name))
+        start = time.perf_counter()
+        p.apply(ctx, module)
+        self.timings.append(PassTiming(p.name, time.perf_counter() - start))
+        self.ran.append(p)
+        ctx.analyses.invalidate(type(p).preserves)
+        if self.verify_each:
             start = time.perf_counter()
-            p.apply(ctx, module)
-            self.timings.append(PassTiming(p.name, time.perf_counter() - start))
-            if self.verify_each:
-                start = time.perf_counter()
-                try:
-                    module.verify()
-                except LayercError as e:
-                    e.message = f"IR is invalid after pass '{p.name}': {e.message}"
-                    raise
-                self.timings.append(PassTiming("(verify)", time.perf_counter() - start))
-            if self.print_ir_after_all and self.print_ir is not None and self.ir_stream is not None:
-                self.ir_stream.write(f"// -----// IR Dump After {p.pipeline_text()} //----- //\n")
-                self.ir_stream.write(self.print_ir(module))
+            try:
+                module.verify()
+            except LayercError as e:
+                e.message = f"IR is invalid after pass '{p.name}': {e.message}"
+                raise
+            self.timings.append(PassTiming("(verify)", time.perf_counter() - start))
+        if self.print_ir_after_all and self.print_ir is not None and self.ir_stream is not None:
+            self.ir_stream.write(f"// -----// IR Dump After {p.pipeline_text()} //----- //\n")
+            self.ir_stream.write(self.print_ir(module))
 
     @property
     def pipeline_text(self) -> str:
         return ",".join(p.pipeline_text() for p in self.passes)
+
+
+def run_passes(passes: list[ModulePass], module, ctx: Context | None = None) -> Context:
+    """Run ``passes`` (and what they require) on ``module`` with verification; the context
+    holds the results and warnings."""
+    ctx = ctx if ctx is not None else Context()
+    PassManager(passes).run(ctx, module)
+    return ctx
 
 
 def timing_report(phases: list[PassTiming]) -> str:

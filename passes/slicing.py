@@ -154,19 +154,20 @@ def _feeds_layer(node: Node, layer: dict) -> bool:
     return any(layer.get(u, PRE) not in (PRE, POST) for u in node.users)
 
 
-def _needs_tags(module: Module) -> bool:
-    return any("layer" not in w.meta for g in module.graphs for w in g.weights.values())
-
-
 @dataclass(frozen=True)
 class SliceLayers(ModulePass):
     """Partition every graph into decoder layers by dataflow (meta 'layer' on nodes and weights)."""
 
     name: ClassVar[str] = "slice-layers"
+    requires: ClassVar[tuple[str, ...]] = ("tag-weights",)
+
+    @classmethod
+    def satisfied(cls, module: Module) -> bool:
+        return bool(module.graphs) and all("layers" in g.meta or "layer" in g.meta for g in module.graphs)
 
     def apply(self, ctx: Context, module: Module) -> None:
-        if _needs_tags(module):
-            TagWeights().apply(ctx, module)
+        if not TagWeights.satisfied(module):
+            raise LayercError("slice-layers needs the weights tagged: run tag-weights first (a PassManager does)")
         for graph in module.graphs:
             slice_graph(graph)
 
@@ -176,13 +177,14 @@ class SliceLayer(ModulePass):
     """Keep only decoder layer N of the main graph; what it reads from outside becomes labelled inputs."""
 
     name: ClassVar[str] = "slice-layer"
+    requires: ClassVar[tuple[str, ...]] = ("slice-layers",)
     layer: int = 0
 
     def apply(self, ctx: Context, module: Module) -> None:
         graph = module.main_graph()
-        if "layers" not in graph.meta:
-            SliceLayers().apply(ctx, module)
-        layers = graph.meta["layers"]
+        if "layers" not in graph.meta and "layer" not in graph.meta:
+            raise LayercError("slice-layer needs the layers: run slice-layers first (a PassManager does)")
+        layers = graph.meta.get("layers", [graph.meta.get("layer")])
         if self.layer not in layers:
             shown = f"{layers[0]}..{layers[-1]}" if layers else "none"
             raise LayercError(f"slice-layer: no layer {self.layer} in graph '{graph.name}' (layers: {shown})")

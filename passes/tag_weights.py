@@ -142,6 +142,10 @@ class TagWeights(ModulePass):
             raise LayercError(f"pattern: a regular expression (text), not {type(self.pattern).__name__}")
         compile_pattern(self.pattern or DEFAULT_PATTERN)
 
+    @classmethod
+    def satisfied(cls, module: Module) -> bool:
+        return all("layer" in w.meta for g in module.graphs for w in g.weights.values())
+
     def apply(self, ctx: Context, module: Module) -> None:
         pattern = compile_pattern(self.pattern or DEFAULT_PATTERN)
         dotted = None if self.pattern else re.compile(DOTTED_PATTERN)

@@ -4,8 +4,7 @@ options, ``apply(ctx, module)``) on a ``TraceModule``, so pipelines, verificatio
 work the same way, and another tool can run one on its own::
 
     module = TraceModule(read_trace("trace.json.gz"))
-    for p in build_pipeline("classify-kernels,detect-layers{strategy=motif}", TRACE_PASSES):
-        p.apply(Context(), module)
+    run_passes(build_pipeline("detect-layers{strategy=motif}", TRACE_PASSES), module)  # classifies first
 """
 
 from __future__ import annotations
@@ -17,11 +16,14 @@ import numpy as np
 
 from layerc.ir.diagnostics import LayercError, VerifyError
 from layerc.ir.trace import Trace
-from layerc.passes.base import Context, ModulePass
+from layerc.passes.base import Analysis, Context, ModulePass
 from layerc.passes.registry import get_all_passes
 from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
 from layerc.passes.trace_layers import STRATEGIES, LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
+
+#: each kernel's pass and decoder layer, one detection per (trace, strategy, classification, merge)
+TRACE_LAYERS: Analysis[LayerResult] = Analysis("trace-layers", detect_layers)
 
 
 @dataclass
@@ -45,19 +47,19 @@ class TraceModule:
             if column is not None and len(column) != n:
                 raise VerifyError(f"{name} has {len(column)} rows for {n} kernels")
 
-    def need_classification(self) -> Classification:
+    def need_classification(self, pass_name: str) -> Classification:
         if self.classification is None:
-            self.classification = kernel_table().classify(self.trace)
+            raise LayercError(f"{pass_name} needs the kernels classified: run classify-kernels before it (a PassManager does)")
         return self.classification
 
     def need_layers(self, pass_name: str) -> LayerResult:
         if self.layers is None:
-            raise LayercError(f"{pass_name} needs layers: run detect-layers before it")
+            raise LayercError(f"{pass_name} needs layers: run detect-layers before it (a PassManager does)")
         return self.layers
 
 
 @dataclass(frozen=True)
-class ClassifyKernels(ModulePass):
+class ClassifyKernels(ModulePass["TraceModule"]):
     """Type, short name, stage vote, layer-start flag and marks of every kernel, from the tables
     (``tables``: a directory of extra TOML families, tried first)."""
 
@@ -65,17 +67,22 @@ class ClassifyKernels(ModulePass):
     ir: ClassVar[str] = "trace"
     tables: str | None = None
 
+    @classmethod
+    def satisfied(cls, module: TraceModule) -> bool:
+        return module.classification is not None
+
     def apply(self, ctx: Context, module: TraceModule) -> None:
         module.classification = kernel_table(self.tables).classify(module.trace)
 
 
 @dataclass(frozen=True)
-class DetectLayers(ModulePass):
+class DetectLayers(ModulePass["TraceModule"]):
     """Each kernel's pass and decoder layer (see ``trace_layers``); ``merge=false`` keeps each
     layer's attention and FFN halves apart, whichever strategy decides."""
 
     name: ClassVar[str] = "detect-layers"
     ir: ClassVar[str] = "trace"
+    requires: ClassVar[tuple[str, ...]] = ("classify-kernels",)
     strategy: str = "auto"
     merge: bool = True
 
@@ -83,24 +90,30 @@ class DetectLayers(ModulePass):
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not '{self.strategy}'")
 
+    @classmethod
+    def satisfied(cls, module: TraceModule) -> bool:
+        return module.layers is not None
+
     def apply(self, ctx: Context, module: TraceModule) -> None:
+        cls = module.need_classification(self.name)
         try:
-            module.layers = detect_layers(module.trace, self.strategy, module.need_classification(), self.merge)
+            module.layers = ctx.analyses.get_analysis(TRACE_LAYERS, module.trace, strategy=self.strategy, cls=cls, merge=self.merge)
         except ValueError as e:
             raise LayercError(str(e), module.trace.source) from None
         module.table = module.stage = None
 
 
 @dataclass(frozen=True)
-class MergeHalfLayers(ModulePass):
+class MergeHalfLayers(ModulePass["TraceModule"]):
     """Join each half layer without attention to the attention half before it (dual-norm models)."""
 
     name: ClassVar[str] = "merge-half-layers"
     ir: ClassVar[str] = "trace"
+    requires: ClassVar[tuple[str, ...]] = ("detect-layers",)
 
     def apply(self, ctx: Context, module: TraceModule) -> None:
         layers = module.need_layers(self.name)
-        kind = module.need_classification().type
+        kind = module.need_classification(self.name).type
         start = module.trace.kernels.start
         merged = layers.layer.copy()
         for idx in by_pass(layers.pass_of, start):
@@ -111,14 +124,16 @@ class MergeHalfLayers(ModulePass):
 
 
 @dataclass(frozen=True)
-class TypeLayers(ModulePass):
+class TypeLayers(ModulePass["TraceModule"]):
     """Each layer's type (MLA_MOE, MHA_FC, ...) and voted stage, and each kernel's stage."""
 
     name: ClassVar[str] = "type-layers"
     ir: ClassVar[str] = "trace"
+    requires: ClassVar[tuple[str, ...]] = ("detect-layers",)
+    preserves: ClassVar[tuple[str, ...]] = ("*",)  #: it adds the layers' types and stages, changes nothing
 
     def apply(self, ctx: Context, module: TraceModule) -> None:
-        layers, cls = module.need_layers(self.name), module.need_classification()
+        layers, cls = module.need_layers(self.name), module.need_classification(self.name)
         module.table = layer_table(module.trace, cls, layers)
         module.stage = kernel_stages(module.trace, cls, layers, module.table)
 

@@ -19,6 +19,7 @@ from layerc.grammar.dumps import load
 from layerc.grammar.traces import read_trace
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.targets import op_name
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.bind_kernels import BindKernels, bind_profile_ops, outermost_ops
 from layerc.passes.binding import NO, align_many, align_one, signature_table
@@ -77,8 +78,7 @@ def test_align_one_is_optimal_and_one_to_one(case):
 def _bind_layer(dump, trace, layer: int):
     module = load(str(dump))
     ctx = Context(inputs={"trace": trace})
-    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=layer), InferGroups(), BindKernels()):
-        p.apply(ctx, module)
+    run_passes([SelectGraph(), TagWeights(), SliceLayer(layer=layer), InferGroups(), BindKernels()], module, ctx)
     return module.graphs[0], ctx.analyses["binding"]
 
 
@@ -198,15 +198,13 @@ def test_bind_kernels_runs_from_pipeline_text(generated):
     module = load(str(d))
     ctx = Context()
     text = f"select-graph,tag-weights,slice-layer{{layer=2}},infer-groups,bind-kernels{{trace={d / 'replay.json.gz'} phase=decode replay=1}}"
-    for p in build_pipeline(text):
-        p.apply(ctx, module)
+    run_passes(build_pipeline(text), module, ctx)
     summary = module.graphs[0].meta["trace_summary"]
     assert summary["replay"] == 1 and summary["bound_kernels"] > 0
     # the same strategies as trace, replay and perfetto (layer --trace --strategy)
     for strategy in ("motif", "boundary"):
         module, ctx = load(str(d)), Context()
-        for p in build_pipeline(text.replace("replay=1}", f"replay=1 strategy={strategy}}}")):
-            p.apply(ctx, module)
+        run_passes(build_pipeline(text.replace("replay=1}", f"replay=1 strategy={strategy}}}")), module, ctx)
         assert module.graphs[0].meta["trace_summary"]["strategy"] == detect_layers(trace, strategy).strategy
     with pytest.raises(LayercError, match="strategy must be one of"):
         BindKernels(strategy="nearest")
@@ -228,8 +226,7 @@ def test_bad_options_and_traces_are_clear_errors(generated, tmp_path):
 
 def _sliced(d, layer):
     module = load(str(d))
-    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=layer), InferGroups()):
-        p.apply(Context(), module)
+    run_passes([SelectGraph(), TagWeights(), SliceLayer(layer=layer), InferGroups()], module)
     return module
 
 
@@ -325,8 +322,7 @@ def _bind_hf_layer5(shared, dump, bind: BindKernels):
     trace = read_trace(shared / "data/traces/torch/hf_qwen1.5-0.5b_h100.json.gz")
     module = load(str(dump))
     ctx = Context(inputs={"trace": trace})
-    for p in (SelectGraph(), TagWeights(), SliceLayer(layer=5), bind):
-        p.apply(ctx, module)
+    run_passes([SelectGraph(), TagWeights(), SliceLayer(layer=5), bind], module, ctx)
     return trace, module, ctx
 
 

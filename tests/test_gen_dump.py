@@ -18,6 +18,7 @@ from layerc.grammar.autodeploy import parse_autodeploy
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, sanitize, target_base
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Weight, is_structurally_equivalent
 from layerc.ir.types import TensorType, TupleType
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.slicing import SliceLayers
 from layerc.tools import gen_dump
@@ -121,7 +122,7 @@ def test_constants_round_trip(arch, symbolic):
     einsums = [n for n in parsed.main_graph().ops if n.target == "aten.einsum.default"]
     assert [layers[n.name] for n in einsums] == list(range(SMALL[arch]))
     assert all(n.args[0] == "bsh,bsh->bs" for n in einsums)
-    SliceLayers().apply(Context(), parsed)  # the slicer places them in their layers
+    run_passes([SliceLayers()], parsed)  # the slicer places them in their layers
     added = {"aten.einsum.default", "aten.clamp.default", "aten.where.ScalarOther", "aten._assert_async.msg",
              "aten.pad.default", "aten.mul.Scalar", "aten.to.device", "auto_deploy.workspace_alloc.default"}
     assert all(n.meta["layer"] == layers[n.name] for n in parsed.main_graph().ops if n.target in added)

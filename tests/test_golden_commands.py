@@ -79,7 +79,7 @@ def _cases() -> list[tuple[str, tuple[str, ...]]]:
         ("mem-ws", ("mem", "$GEN/ws", "-o", "$OUT", "--no-render")),
         ("mem-random", ("mem", "$GEN/ws_random", "-o", "$OUT", "--no-render", "--combine")),
         ("optrace-tinyllm", ("optrace", "$PKG/tinyllm", "--entry", "TinyForCausalLM", "-o", "$OUT/ops.md", "--json", "$OUT/ops.json",
-                             "--kernel-traces", "$OUT/kernels.md")),
+                             "--kernel-traces", "$OUT/kernels.md", "--link-prefix", "src/")),
         ("optrace-tinyllm-configured", ("optrace", "$PKG/tinyllm", "--entry", "TinyForCausalLM", "--platform", "rocm",
                                         "--phase", "decode", "--json", "$OUT/ops.json")),
         ("simulate-llama", ("simulate", "--preset", "llama-3.1-8b", "--hw", "h100", "--engines", "4",
@@ -136,6 +136,17 @@ def _stored(data: bytes) -> tuple[str, bytes]:
     return ".sha256", f"{len(data)} {hashlib.sha256(data).hexdigest()}\n".encode()
 
 
+def _diff(golden: bytes, found: bytes) -> str:
+    """The first lines of a unified diff (text), or the sizes (a digest or binary)."""
+    import difflib
+
+    try:
+        lines = difflib.unified_diff(golden.decode().splitlines(), found.decode().splitlines(), "golden", "now", lineterm="")
+        return "\n".join(list(lines)[:40])
+    except UnicodeDecodeError:
+        return f"{len(golden)} bytes before, {len(found)} now"
+
+
 @pytest.mark.parametrize("case,argv", CASES, ids=[c for c, _ in CASES])
 def test_command_outputs_match_golden(case, argv, generated, tmp_path, shared):
     out = tmp_path / "out"
@@ -157,4 +168,4 @@ def test_command_outputs_match_golden(case, argv, generated, tmp_path, shared):
     for name, data in found.items():
         suffix, kept = _stored(data)
         golden = (folder / (name + suffix)).read_bytes()
-        assert kept == golden, f"{case}: {name} differs from the golden"
+        assert kept == golden, f"{case}: {name} differs from the golden:\n{_diff(golden, kept)}"

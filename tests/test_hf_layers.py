@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from layerc.grammar.dumps import load  # noqa: E402
 from layerc.ir.graph import OP  # noqa: E402
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context  # noqa: E402
 from layerc.passes.slicing import SliceLayers  # noqa: E402
 from layerc.tools import export_hf  # noqa: E402
@@ -54,7 +55,7 @@ def test_slices_agree_with_nn_module_stack(arch, tmp_path, record_property):
     export_hf.export(arch, 3, tmp_path)
     truth = json.loads((tmp_path / "layers.json").read_text())["nodes"]
     module = load(tmp_path)
-    SliceLayers().apply(Context(), module)
+    run_passes([SliceLayers()], module)
     ops = [n for n in module.main_graph().nodes if n.kind == OP]
     every = agreement([(n.name, n.meta["layer"], truth[n.name]) for n in ops], "all")
     weights = agreement([(n.name, n.meta["layer"], truth[n.name]) for n in ops if n.weights], "w")

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from layerc.grammar.pysource import MAX_NESTING, SourceSet
+from layerc.passes.pipeline import run_passes
 from layerc.passes import optrace, pyresolve
 from layerc.passes.base import Context
 from layerc.passes.optrace_passes import CrossValidateKernels, OpTraceModule, TraceOps
@@ -401,9 +402,7 @@ def test_wheel_members_outside_the_package_are_not_modules(tmp_path):
 
 def _trace(root: Path, entry: str) -> OpTraceModule:
     module = OpTraceModule(SourceSet(root), entry)
-    for p in (TraceOps(), CrossValidateKernels()):
-        p.apply(Context(), module)
-        module.verify()
+    run_passes([TraceOps(), CrossValidateKernels()], module)
     return module
 
 

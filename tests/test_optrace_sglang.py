@@ -11,6 +11,7 @@ import pytest
 from layerc.backends import optrace as report
 from layerc.grammar.pysource import SourceSet
 from layerc.ir.optree import BRANCH, OpNode
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.optrace_passes import CrossValidateKernels, OpTraceModule, TraceOps
 
@@ -30,9 +31,7 @@ def wheel() -> Path:
 @pytest.fixture(scope="module")
 def deepseek(wheel) -> OpTraceModule:
     module = OpTraceModule(SourceSet(wheel), "DeepseekV2ForCausalLM")
-    for p in (TraceOps(), CrossValidateKernels()):
-        p.apply(Context(), module)
-        module.verify()
+    run_passes([TraceOps(), CrossValidateKernels()], module)
     return module
 
 

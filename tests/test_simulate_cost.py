@@ -14,6 +14,7 @@ import pytest
 from layerc.grammar.decoder_layer import build_layer
 from layerc.grammar.hf_config import load_config, load_preset, spec_from_dict
 from layerc.ir.diagnostics import LayercError
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.cost import CostModel, efficiency, expected_active_experts, load_hardware
 
@@ -230,7 +231,7 @@ def test_sliced_dump_layer_is_costed(tmp_path):
     from layerc.grammar.dumps import load
 
     module = load(tmp_path)
-    SliceLayer(layer=1).apply(Context(), module)
+    run_passes([SliceLayer(layer=1)], module)
     with pytest.raises(LayercError, match="give kv-len"):
         CostModel().apply(Context(), module)
     ctx = Context()

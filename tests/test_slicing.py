@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from layerc.backends.layer_json import layer_document, schema
 from layerc.ir.graph import OP, Weight
 from layerc.ir.targets import op_name
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.groups import InferGroups
 from layerc.passes.slicing import SliceLayers, extract_layer
@@ -26,7 +27,7 @@ stacks = st.one_of(
 
 def _sliced(spec, **extra):
     m = generate(**spec, **extra)
-    SliceLayers().apply(Context(), m)
+    run_passes([SliceLayers()], m)
     return m.main_graph()
 
 
@@ -125,7 +126,7 @@ def test_deepseek_layer_groups():
     m = generate("deepseek_v3", layers=6)
     from layerc.passes.slicing import SliceLayer
 
-    SliceLayer(layer=5).apply(Context(), m)
+    run_passes([SliceLayer(layer=5)], m)
     InferGroups().apply(Context(), m)
     doc = layer_document(m.graphs[0], "085_compile_compile_model.txt")
     by_op = {}

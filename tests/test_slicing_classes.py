@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from layerc.grammar.dumps import load
 from layerc.ir.graph import OP
+from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.slicing import SliceLayers
 from layerc.tools import gen_dump, gen_eager
@@ -20,7 +21,7 @@ from tests.layerc_cli import run_layerc
 
 
 def _misses(module) -> list[tuple[str, object, object]]:
-    SliceLayers().apply(Context(), module)
+    run_passes([SliceLayers()], module)
     return [(n.name, n.meta["layer"], n.meta.get("true_layer")) for n in module.main_graph().nodes
             if n.kind == OP and n.meta["layer"] != n.meta.get("true_layer")]
 
@@ -68,7 +69,7 @@ def test_a_mask_one_layer_reads_is_still_the_models():
 def test_regions_are_named():
     """Every op says where it went: the model's prologue, a layer, or the epilogue."""
     module = gen_dump.generate("eager", 3, variant=0)
-    SliceLayers().apply(Context(), module)
+    run_passes([SliceLayers()], module)
     regions = Counter(n.meta["region"] for n in module.main_graph().nodes if n.kind == OP)
     assert set(regions) == {"prologue", "layer 0", "layer 1", "layer 2", "epilogue"}
     ops = [n for n in module.main_graph().nodes if n.kind == OP]
@@ -98,7 +99,7 @@ def test_gen_dump_writes_an_eager_dump_that_parses_and_round_trips(tmp_path):
     from layerc.backends.autodeploy import print_module
 
     assert print_module(module) == dump.read_text()
-    SliceLayers().apply(Context(), module)
+    run_passes([SliceLayers()], module)
     got = {n.name: n.meta["layer"] for n in module.main_graph().nodes if n.kind == OP}
     assert got == {k: v for k, v in truth.items() if k in got}
 

@@ -8,9 +8,9 @@ import pytest
 from layerc.grammar.traces import read_trace
 from layerc.ir.diagnostics import LayercError, ParseError, VerifyError
 from layerc.passes.base import Context
-from layerc.passes.pipeline import PassManager, build_pipeline
+from layerc.passes.pipeline import PassManager, build_pipeline, run_passes
 from layerc.passes.registry import get_all_passes
-from layerc.passes.trace_passes import TRACE_PASSES, DetectLayers, MergeHalfLayers, TraceModule, TypeLayers
+from layerc.passes.trace_passes import TRACE_PASSES, ClassifyKernels, DetectLayers, MergeHalfLayers, TraceModule, TypeLayers
 from layerc.tools.gen_trace import generate
 
 
@@ -48,10 +48,37 @@ def test_merge_half_layers_pass_equals_merging_in_detection(grok):
 
 def test_one_pass_without_the_cli(grok):
     module = TraceModule(grok)
-    DetectLayers(strategy="motif").apply(Context(), module)  # classifies on demand
-    TypeLayers().apply(Context(), module)
+    with pytest.raises(LayercError, match="run classify-kernels before it"):  # no hidden prerequisite
+        DetectLayers(strategy="motif").apply(Context(), module)
+    manager = PassManager([DetectLayers(strategy="motif"), TypeLayers()])
+    manager.run(Context(), module)  # the manager runs what they require, and shows it
+    assert [p.pipeline_text() for p in manager.ran] == ["classify-kernels", "detect-layers{strategy=motif}", "type-layers"]
+    assert [t.name for t in manager.timings if t.name != "(verify)"] == ["classify-kernels", "detect-layers", "type-layers"]
     assert len(module.table) == 12
     module.verify()
+
+
+def test_a_satisfied_requirement_is_not_run_again(grok):
+    module = TraceModule(grok)
+    run_passes([ClassifyKernels(), DetectLayers(strategy="boundary")], module)
+    manager = PassManager([TypeLayers()])
+    manager.run(Context(), module)
+    assert [p.name for p in manager.ran] == ["type-layers"]
+    assert module.layers.strategy == "boundary"  # the layers already found, not a default detection
+
+
+def test_layer_detection_is_one_cached_analysis(grok):
+    ctx, module = Context(), TraceModule(grok)
+    run_passes([ClassifyKernels()], module, ctx)
+    DetectLayers().apply(ctx, module)
+    first = module.layers
+    DetectLayers().apply(ctx, module)
+    assert module.layers is first and ctx.analyses.cached() == ["trace-layers"]
+    DetectLayers(strategy="motif").apply(ctx, module)
+    assert module.layers is not first
+    ClassifyKernels().apply(ctx, module)
+    ctx.analyses.invalidate(ClassifyKernels.preserves)  # a pass that does not preserve it drops it
+    assert ctx.analyses.cached() == []
 
 
 def test_passes_that_need_layers_say_so(grok):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 
 def whole_number(minimum: int, maximum: int | None = None, why: str = ""):
@@ -127,3 +128,20 @@ def paths_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             elif isinstance(v, (OutputPath, OutputDir)):
                 found[1].append(str(v))
     return found
+
+
+def pipeline_options(p, print_ir: bool = True) -> None:
+    """The instrumentation of every command that runs a pass pipeline, declared once."""
+    if print_ir:
+        p.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
+    p.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
+    p.add_argument("--print-pipeline", action="store_true",
+                   help="print the pass pipeline this command runs (as `layerc opt -p` text) and exit")
+
+
+def printed_pipeline(args: argparse.Namespace, passes: list) -> bool:
+    """With ``--print-pipeline``: print the pipeline (the passes the flags chose) and say so."""
+    if not getattr(args, "print_pipeline", False):
+        return False
+    sys.stdout.write(",".join(p.pipeline_text() for p in passes) + "\n")
+    return True

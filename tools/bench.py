@@ -115,12 +115,12 @@ def bench_process(*args: str) -> float:
 def bench_layers(path: str, repeat: int) -> dict:
     """Slicing every layer of a parsed dump, and the whole ``layerc layer`` process."""
     from layerc.grammar.dumps import load
-    from layerc.passes.base import Context
+    from layerc.passes.pipeline import run_passes
     from layerc.passes.slicing import SliceLayers
 
     modules = [load(path) for _ in range(repeat)]
     it = iter(modules)
-    slice_all = _best(lambda: SliceLayers().apply(Context(), next(it)), repeat)
+    slice_all = _best(lambda: run_passes([SliceLayers()], next(it)), repeat)
     layers = len(modules[0].main_graph().meta["layers"])
     out = Path(tempfile.mkdtemp(prefix="layerc-bench-layer-"))
     return {

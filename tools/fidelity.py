@@ -84,7 +84,7 @@ def measure(arch: str, layers: int = LAYERS, keep: str | None = None) -> dict:
     from layerc.backends.fx import print_graph
     from layerc.grammar.dumps import load, parse_and_verify
     from layerc.ir.graph import OP
-    from layerc.passes.base import Context
+    from layerc.passes.pipeline import run_passes
     from layerc.passes.slicing import SliceLayers
     from layerc.tools import export_hf
 
@@ -120,7 +120,7 @@ def measure(arch: str, layers: int = LAYERS, keep: str | None = None) -> dict:
                 return record
             module, record["sliced_syntax"] = fx_module, "fx"
         try:
-            SliceLayers().apply(Context(), module)
+            run_passes([SliceLayers()], module)
         except Exception as e:  # noqa: BLE001
             record["slice_error"] = _diagnostic(e, tmp)
             return record

@@ -149,14 +149,13 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
     """Write a Kineto trace of ``replays`` decode replays of the dump's main graph to ``path`` and
     its truth beside it; return the truth."""
     from layerc.grammar.dumps import load
-    from layerc.passes.base import Context
+    from layerc.passes.pipeline import run_passes
     from layerc.passes.select_graph import SelectGraph
     from layerc.passes.slicing import SliceLayers
     from layerc.tools.gen_trace import KinetoWriter, truth_path
 
     module = load(str(dump))
-    SelectGraph().apply(Context(), module)
-    SliceLayers().apply(Context(), module)
+    run_passes([SelectGraph(), SliceLayers()], module)
     graph = module.graphs[0]
     rng = random.Random(seed)
     w = KinetoWriter("deepseek_v3", "cuda", 1, seed, False)  # the model only names layer spans, which replays lack

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from layerc.tools.args import input_path, natural_int, output_directory, strategy_option
+from layerc.tools.args import input_path, natural_int, output_directory, pipeline_options, printed_pipeline, strategy_option
 
 FORMATS = ("json", "dot", "png", "svg")
 
@@ -36,7 +36,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--match", choices=("auto", "kernels", "ops"), default="auto",
                    help="with --trace: bind GPU kernels by signature, or profiled aten ops by name and shape (default: decide from the trace)")
     strategy_option(p, "with --trace: ")
-    p.add_argument("--timing", action="store_true", help="print how long each step took, to stderr")
+    pipeline_options(p)
     p.set_defaults(usage_error=p.error)
 
 
@@ -59,6 +59,14 @@ def run(args: argparse.Namespace) -> int:
     if args.layer < 0:
         args.usage_error("the layer number must be 0 or more")
 
+    passes = [SelectGraph(section=args.section or ""), TagWeights(pattern=args.pattern), SliceLayer(layer=args.layer), InferGroups()]
+    if args.trace:
+        from layerc.passes.bind_kernels import BindKernels
+
+        passes.append(BindKernels(trace=args.trace, phase=args.phase, replay=args.replay, match=args.match,
+                                  strategy=args.strategy))
+    if printed_pipeline(args, passes):
+        return 0
     phases: list[PassTiming] = []
     start = time.perf_counter()
     module = load(args.input, file=args.file, syntax=args.syntax)
@@ -66,13 +74,9 @@ def run(args: argparse.Namespace) -> int:
     source = Path(module.source)
     outdir = output_dir(args.outdir) if args.outdir else source.parent
 
-    passes = [SelectGraph(section=args.section or ""), TagWeights(pattern=args.pattern), SliceLayer(layer=args.layer), InferGroups()]
-    if args.trace:
-        from layerc.passes.bind_kernels import BindKernels
+    from layerc.backends.registry import emitter
 
-        passes.append(BindKernels(trace=args.trace, phase=args.phase, replay=args.replay, match=args.match,
-                                  strategy=args.strategy))
-    pm = PassManager(passes)
+    pm = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=emitter("graph"), ir_stream=sys.stderr)
     ctx = Context()
     pm.run(ctx, module)
     for w in ctx.warnings:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from layerc.tools.args import input_path, output_directory
+from layerc.tools.args import input_path, output_directory, pipeline_options, printed_pipeline
 
 DEFAULT_PASSES = "mem-liveness,mem-check"
 #: PNG resolution of the planner's graphs: their 9 pt node and 7 pt edge labels need more than
@@ -52,8 +52,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--werror", action="store_true", help="exit 1 on warnings too")
     p.add_argument("--passes", default=DEFAULT_PASSES, metavar="PIPELINE",
                    help=f"memory passes to run (default {DEFAULT_PASSES}; options as mem-liveness{{arch=sm90}})")
-    p.add_argument("--print-ir-after-all", action="store_true", help="print the memory IR after each pass (stderr)")
-    p.add_argument("--timing", action="store_true", help="report each pass's time on stderr")
+    pipeline_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +75,8 @@ def _run(args: argparse.Namespace) -> int:
     from layerc.grammar.ws_memory import read_ws_memory
 
     manager = _pipeline(args)
+    if printed_pipeline(args, manager.passes):
+        return 0
     _progress(f"reading {args.input}")
     module = read_ws_memory(args.input)
     if args.kernel:

@@ -1,7 +1,10 @@
-"""``layerc opt``: read a dump (file or AD_DUMP_GRAPHS_DIR), run a pass pipeline, print the IR.
+"""``layerc opt INPUT -p PIPELINE``: read any input into the module of its IR (chosen from the
+content: a dump, a trace, a memory-planner dump, model source), run a pass pipeline of that IR,
+print the module.
 
-As ``mlir-opt``/``xdsl-opt``: ``-p 'a,b{k=v}'``, ``--emit ad|fx|json``, ``-o``,
-``--print-ir-after-all``, ``--timing``, ``--list-passes``; the IR is verified after every pass.
+As ``mlir-opt``/``xdsl-opt``: ``-p 'a,b{k=v}'``, ``--emit FORMAT`` (the IR's formats), ``-o``,
+``--print-ir-after-all``, ``--timing``, ``--list-passes``; the IR is verified after every pass,
+and the passes a pass requires run before it.
 """
 
 from __future__ import annotations
@@ -11,19 +14,22 @@ import sys
 import time
 
 from layerc.ir.diagnostics import LayercError
-from layerc.tools.args import input_path, output_path
+from layerc.tools.args import input_path, output_path, pipeline_options, printed_pipeline
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", type=input_path, nargs="?", help="dump file, dump directory (AD_DUMP_GRAPHS_DIR), or torch.fx print")
+    p.add_argument("input", type=input_path, nargs="?",
+                   help="a dump (file, AD_DUMP_GRAPHS_DIR or torch.fx print), a trace (Kineto JSON, nsys export), "
+                        "a TRITON_DUMP_WS_GRAPHS directory or log, or model source (with --entry)")
     p.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline, e.g. 'dce,select-graph{section=monolithic.model}'")
-    p.add_argument("--emit", choices=("ad", "fx", "json"), default="ad", help="output syntax (default: ad)")
+    p.add_argument("--emit", choices=("ad", "fx", "json", "text"), help="output syntax (dumps: ad (default), fx, json; "
+                   "traces, memory plans and op trees: text)")
     p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="output file (default: stdout); written atomically")
     p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
     p.add_argument("--section", metavar="NAME", help="keep only this GraphModule section")
     p.add_argument("--syntax", choices=("auto", "ad", "fx"), default="auto", help="input syntax (default: detect)")
-    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
-    p.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
+    p.add_argument("--entry", metavar="CLASS", help="model source: the entry class (Class or package.module:Class)")
+    pipeline_options(p)
     p.add_argument("--disable-verify", action="store_true", help="do not verify the IR after each pass")
     p.add_argument("--dump-pass-pipeline", action="store_true", help="print the pipeline that will run, to stderr")
     p.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
@@ -31,45 +37,53 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.backends.registry import EMITTERS
-    from layerc.grammar.dumps import load
+    from layerc.backends.registry import emitter
     from layerc.passes.base import Context
     from layerc.passes.pipeline import PassManager, PassTiming, build_pipeline, timing_report
+    from layerc.passes.readers import ReadOptions, read_module
+    from layerc.passes.registry import get_all_passes
 
     if args.list_passes:
         return _list_passes()
     if args.input is None:
         args.usage_error("the following arguments are required: input")  # exits 2
-    # Everything the command line names is checked before any work.
-    passes = build_pipeline(args.passes)
+    phases: list[PassTiming] = []
+    start = time.perf_counter()
+    ir, module = read_module(args.input, ReadOptions(args.file, args.syntax, args.entry))
+    phases.append(PassTiming("Parser", time.perf_counter() - start))
+    if ir != "graph" and (args.section or args.file):
+        args.usage_error(f"--{'section' if args.section else 'file'} applies to a dump, and {args.input} is a {ir} input")
+    # Everything the command line names is checked before any pass runs.
+    passes = build_pipeline(args.passes, get_all_passes(ir))
     if args.section:
         from layerc.passes.select_graph import SelectGraph
 
         passes.insert(0, SelectGraph(section=args.section))
-    emitter = EMITTERS[args.emit]
-    phases: list[PassTiming] = []
-
-    start = time.perf_counter()
-    module = load(args.input, file=args.file, syntax=args.syntax)
-    phases.append(PassTiming("Parser", time.perf_counter() - start))
+    printer = emitter(ir, args.emit)
+    if printed_pipeline(args, passes):
+        return 0
 
     pm = PassManager(
         passes,
         verify_each=not args.disable_verify,
         print_ir_after_all=args.print_ir_after_all,
-        print_ir=emitter,
+        print_ir=printer,
         ir_stream=sys.stderr,
     )
     if args.dump_pass_pipeline:
         sys.stderr.write(f"Pass Manager with {len(passes)} passes:\n{pm.pipeline_text}\n")
     ctx = Context()
+    if ir == "optree":  # profile-ops checks the tree against a tiny model it builds on demand
+        from layerc.tools.optrace import build_profiled_model
+
+        ctx.inputs["build_model"] = build_profiled_model
     pm.run(ctx, module)
     phases.extend(pm.timings)
     for w in ctx.warnings:
         sys.stderr.write(f"layerc: warning: {w}\n")
 
     start = time.perf_counter()
-    text = emitter(module)
+    text = printer(module)
     from layerc.backends.outputs import emit
 
     emit(text, args.output)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from layerc.tools.args import input_path, output_path
+from layerc.tools.args import input_path, output_path, pipeline_options, printed_pipeline
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -48,8 +48,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    "libraries of other platforms pruned")
     p.add_argument("--phase", choices=PHASES, help="the forward phase: forward-mode checks (is_decode, is_extend) are decided")
     p.add_argument("--werror", action="store_true", help="calls that cannot be resolved are errors (exit 1, nothing written)")
-    p.add_argument("--timing", action="store_true", help="report each pass's time on stderr")
-    p.add_argument("--print-ir-after-all", action="store_true", help="print the op tree after each pass, to stderr")
+    pipeline_options(p)
     p.set_defaults(usage_error=p.error)
 
 
@@ -124,12 +123,15 @@ def run(args: argparse.Namespace) -> int:
     if args.dynamic:
         from layerc.passes.optrace_dynamic import ProfileOps, modeling_file
 
+        passes.append(ProfileOps(arch=args.arch, layers=args.layers))
+    if printed_pipeline(args, passes):
+        return 0
+    if args.dynamic:
         _progress(f"building a tiny {args.arch} model")
         model, config = build_profiled_model(args.arch, args.layers)
         path, entry = modeling_file(model)
         ctx.inputs["model"] = (model, config)
         sources = SourceSet(path)
-        passes.append(ProfileOps(arch=args.arch, layers=args.layers))
     else:
         sources, entry = SourceSet(args.source), args.entry
     scope = tuple(s.strip() for s in args.scope.split(",") if s.strip()) if args.scope else ()

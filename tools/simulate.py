@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layerc.tools.args import InputPath, input_path, number, output_path, whole_number
+from layerc.tools.args import InputPath, input_path, number, output_path, pipeline_options, printed_pipeline, whole_number
 
 #: Why sizes stop at 2**31-1 (grammar.hf_config.MAX_SIZE), in usage messages.
 _SIZES = " (kernels take sizes as 32-bit ints)"
@@ -109,8 +109,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json", type=output_path, metavar="FILE", help="per-op costs and the schedule as JSON")
     out.add_argument("--png", type=output_path, metavar="FILE", help="the schedule as a Gantt chart (with the seed's below it, with --compare-seed)")
     out.add_argument("--compare-seed", type=input_path, metavar="TRACE", help="seed 004's simulated Chrome trace: compare op by op")
-    out.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
-    out.add_argument("--timing", action="store_true", help="print an execution time report to stderr")
+    pipeline_options(out)
     out.add_argument("--list-presets", action="store_true", help="list model and hardware presets and exit")
     p.set_defaults(usage_error=p.error)
 
@@ -143,7 +142,7 @@ def load_module(args: argparse.Namespace):
 def _dump_layer(args: argparse.Namespace):
     from layerc.grammar.dumps import load
     from layerc.ir.diagnostics import LayercError
-    from layerc.passes.base import Context
+    from layerc.passes.pipeline import run_passes
     from layerc.passes.select_graph import SelectGraph
     from layerc.passes.slicing import SliceLayer
     from layerc.passes.tag_weights import TagWeights
@@ -151,8 +150,7 @@ def _dump_layer(args: argparse.Namespace):
     module = load(args.dump)
     layer = args.layer if args.layer is not None else 0
     try:
-        for p in (SelectGraph(), TagWeights(), SliceLayer(layer=layer)):
-            p.apply(Context(), module)
+        run_passes([SelectGraph(), TagWeights(), SliceLayer(layer=layer)], module)
     except LayercError as e:  # about this dump: say which
         e.path = e.path or module.source
         raise
@@ -215,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
     passes = [cost, ListSchedule(engines=args.engines)]
     if args.dump:
         passes.insert(0, SpecializeShapes(tuple(module.meta["symbols"].split())))
+    if printed_pipeline(args, passes):
+        return 0
     pm = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=EMITTERS["ad"], ir_stream=sys.stderr)
     ctx = Context()
     pm.run(ctx, module)

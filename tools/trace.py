@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerc.tools.args import input_path, output_path, positive_int, strategy_option
+from layerc.tools.args import input_path, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -37,7 +37,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-config", type=input_path, metavar="config.json",
                    help="the model's Hugging Face config.json: its num_hidden_layers (a VLM's text_config's) is the --num-layers check")
     p.add_argument("--kernel-tables", type=input_path, metavar="DIR", help="extra kernel-table TOML files, tried before the built-in ones")
-    p.add_argument("--timing", action="store_true", help="report each trace pass's time on stderr")
+    pipeline_options(p)
     p.add_argument("--json", type=output_path, metavar="FILE", help="write the totals and the layers as JSON")
     p.add_argument("--csv", type=output_path, metavar="FILE", help="write one row per layer as CSV")
     p.add_argument("--perfetto", type=output_path, metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
@@ -81,7 +81,10 @@ def analyze(args: argparse.Namespace) -> Analysis:
     from layerc.passes.pipeline import PassManager, timing_report
     from layerc.passes.trace_passes import TraceModule
 
-    manager = PassManager(trace_passes(args))
+    from layerc.backends.trace_ir import print_trace
+
+    manager = PassManager(trace_passes(args), print_ir_after_all=getattr(args, "print_ir_after_all", False), print_ir=print_trace,
+                          ir_stream=sys.stderr)
     trace = read_trace(args.trace)
     for w in trace.warnings:
         sys.stderr.write(f"{trace.source}: warning: {w}\n")
@@ -115,6 +118,8 @@ def config_layers(path: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if printed_pipeline(args, trace_passes(args)):
+        return 0
     if getattr(args, "model_config", None):
         from_config = config_layers(args.model_config)
         if args.num_layers and args.num_layers != from_config:
