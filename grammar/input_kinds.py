@@ -74,3 +74,16 @@ def _directory_kind(p: Path) -> str:
         return "optree"
     raise LayercError("no input layerc reads in this directory: not an AutoDeploy dump directory (NNN_*.txt), "
                       "a TRITON_DUMP_WS_GRAPHS directory (*.dot) or a Python package", str(p))
+
+
+_COMMENTED = (".py", ".dot", ".log", ".txt", ".gz", ".mlir", ".ttgir")
+_MAX_COMMENTED = 10_000
+
+
+def commented_files(path: str | Path) -> list[Path]:
+    """The text files of an input that may hold expected-diagnostic comments: the file itself,
+    or a directory's source and dump files (at most 10,000)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    return sorted(islice((f for f in p.rglob("*") if f.is_file() and f.suffix in _COMMENTED), _MAX_COMMENTED))

@@ -1,12 +1,19 @@
-"""Errors that carry a place in an input file, printed the way compilers print them.
+"""Diagnostics: what layerc says about an input, with its place in the file, printed the way
+compilers print them, one engine for every reader, pass and emitter.
 
 ``file:line:col: error: message``, then the source line and a caret under the column
-(GNU and rustc convention; lines and columns count from 1).
+(GNU and rustc convention; lines and columns count from 1), then any notes. A ``Diagnostic``
+is the fact; ``LayercError`` raises one; the ``DiagnosticEngine`` prints them as text or JSON,
+turns warnings into errors (``--werror``) and checks expected-diagnostic comments
+(``--verify-diagnostics``, as MLIR's ``-verify-diagnostics``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import IO, Any, NamedTuple
 
 
 class Location(NamedTuple):
@@ -14,6 +21,49 @@ class Location(NamedTuple):
 
     line: int
     column: int = 1
+
+
+SEVERITIES = ("error", "warning", "note", "remark")
+
+
+@dataclass
+class Diagnostic:
+    """One thing layerc reports: severity, message, where (file, line and column, the quoted
+    line), and notes that add to it."""
+
+    severity: str
+    message: str
+    path: str | None = None
+    loc: Location | None = None
+    notes: list[Diagnostic] = field(default_factory=list)
+    source_line: str | None = None
+    #: the column of the line where ``source_line`` starts: a reader that cannot hold a whole
+    #: line (a one-line 1 GB JSON trace) quotes a window of it
+    source_from: int = 1
+
+    def format(self) -> str:
+        where = self.path or "layerc"
+        if self.loc is not None:
+            where = f"{where}:{self.loc.line}:{self.loc.column}"
+        out = f"{where}: {self.severity}: {self.message}"
+        if self.source_line is not None and self.loc is not None:
+            line = self.source_line
+            col = max(self.loc.column, 1)
+            if self.source_from > 1:  # a window that starts inside the line
+                line, col = "..." + line, col - self.source_from + 4
+            # Long lines (256-expert weight lists) are cut around the column.
+            if len(line) > 200:
+                start = max(0, col - 100)
+                line = ("..." if start else "") + line[start : start + 200] + "..."
+                col = col - start + (3 if start else 0)
+            caret = "".join("\t" if ch == "\t" else " " for ch in line[: col - 1]) + "^"
+            out += f"\n{line}\n{caret}"
+        return "\n".join([out, *(n.format() for n in self.notes)])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"severity": self.severity, "message": self.message, "file": self.path,
+                "line": self.loc.line if self.loc else None, "column": self.loc.column if self.loc else None,
+                "source_line": self.source_line, "notes": [n.to_json() for n in self.notes]}
 
 
 class LayercError(Exception):
@@ -34,8 +84,6 @@ class LayercError(Exception):
         self.loc = loc
         self.source_line = source_line
         self.severity = severity
-        #: the column of the line where ``source_line`` starts: a reader that cannot hold a whole
-        #: line (a one-line 1 GB JSON trace) quotes a window of it
         self.source_from = source_from
 
     def with_source(self, path: str | None, text: str | None) -> "LayercError":
@@ -46,24 +94,11 @@ class LayercError(Exception):
             self.source_line = source_line_at(text, self.loc.line)
         return self
 
+    def diagnostic(self) -> Diagnostic:
+        return Diagnostic(self.severity, self.message, self.path, self.loc, [], self.source_line, self.source_from)
+
     def format(self) -> str:
-        where = self.path or "layerc"
-        if self.loc is not None:
-            where = f"{where}:{self.loc.line}:{self.loc.column}"
-        out = f"{where}: {self.severity}: {self.message}"
-        if self.source_line is not None and self.loc is not None:
-            line = self.source_line
-            col = max(self.loc.column, 1)
-            if self.source_from > 1:  # a window that starts inside the line
-                line, col = "..." + line, col - self.source_from + 4
-            # Long lines (256-expert weight lists) are cut around the column.
-            if len(line) > 200:
-                start = max(0, col - 100)
-                line = ("..." if start else "") + line[start : start + 200] + "..."
-                col = col - start + (3 if start else 0)
-            caret = "".join("\t" if ch == "\t" else " " for ch in line[: col - 1]) + "^"
-            out += f"\n{line}\n{caret}"
-        return out
+        return self.diagnostic().format()
 
     def __str__(self) -> str:
         return self.format()
@@ -88,3 +123,88 @@ def source_line_at(text: str, line: int) -> str | None:
             return None
     end = text.find("\n", start)
     return text[start : end if end >= 0 else len(text)]
+
+
+class DiagnosticEngine:
+    """Where diagnostics go: printed as they come (``text``) or gathered into one JSON document
+    (``json``) written by ``finish``; with ``werror`` a warning is an error. ``errors`` counts
+    what makes the exit status 1."""
+
+    def __init__(self, stream: IO[str] | None = None, fmt: str = "text", werror: bool = False):
+        self.stream = stream if stream is not None else sys.stderr
+        self.fmt = fmt
+        self.werror = werror
+        self.seen: list[Diagnostic] = []
+
+    def emit(self, d: Diagnostic) -> None:
+        if self.werror and d.severity == "warning":
+            d = Diagnostic("error", d.message + " [-Werror]", d.path, d.loc, d.notes, d.source_line, d.source_from)
+        self.seen.append(d)
+        if self.fmt == "text":
+            self.stream.write(d.format() + "\n")
+
+    @property
+    def errors(self) -> int:
+        return sum(d.severity == "error" for d in self.seen)
+
+    def finish(self) -> None:
+        if self.fmt == "json":
+            import orjson
+
+            self.stream.write(orjson.dumps({"diagnostics": [d.to_json() for d in self.seen]},
+                                           option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+# -- expected diagnostics (--verify-diagnostics) ------------------------------------------------
+_EXPECTED = re.compile(r"expected-(error|warning|note|remark)(?:@(above|below|[+-]\d+|\*))?\s*\{\{(.*?)\}\}")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """``expected-warning@+1 {{text}}`` in an input's comment: a diagnostic of that severity whose
+    message contains the text, on the line it names (``@*``: anywhere, or with no place)."""
+
+    severity: str
+    text: str
+    path: str
+    line: int | None  #: None: any line
+    at: Location  #: where the comment is
+
+
+def expected_diagnostics(path: str, text: str) -> list[Expected]:
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for m in _EXPECTED.finditer(line):
+            rel = m.group(2)
+            target = None if rel == "*" else number + {None: 0, "above": -1, "below": 1}.get(rel, 0) + (
+                int(rel) if rel not in (None, "above", "below") else 0)
+            found.append(Expected(m.group(1), m.group(3), path, target, Location(number, m.start() + 1)))
+    return found
+
+
+def verify_diagnostics(expected: list[Expected], produced: list[Diagnostic]) -> list[Diagnostic]:
+    """What does not match, as errors: each expected diagnostic that was not produced (at its
+    comment), each produced one that was not expected (where it is)."""
+    left = list(produced)
+    problems = []
+    for e in expected:
+        hit = next((d for d in left if d.severity == e.severity and e.text in d.message and
+                    (e.line is None or (d.loc is not None and d.loc.line == e.line and _same_file(d.path, e.path)))), None)
+        if hit is None:
+            where = "anywhere" if e.line is None else f"on line {e.line}"
+            problems.append(Diagnostic("error", f"expected {e.severity} {{{{{e.text}}}}} {where} was not produced", e.path, e.at))
+        else:
+            left.remove(hit)
+    for d in left:
+        problems.append(Diagnostic("error", f"unexpected {d.severity}: {d.message}", d.path, d.loc, [], d.source_line))
+    return problems
+
+
+def _same_file(shown: str | None, comment_file: str) -> bool:
+    """A diagnostic's file (as shown: maybe relative to the source root) is the comment's file."""
+    import os
+
+    if shown is None:
+        return False
+    return os.path.realpath(shown) == os.path.realpath(comment_file) or \
+        os.path.realpath(comment_file).endswith(os.sep + os.path.normpath(shown))

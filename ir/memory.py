@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerc.ir.diagnostics import LayercError, Location, VerifyError
+from layerc.ir.diagnostics import Diagnostic, LayercError, Location, VerifyError
 from layerc.ir.trace import NONE, Strings, Table
 
 #: Buffer and channel kinds. A combined-graph channel of neither memory (a register channel)
@@ -294,10 +294,17 @@ class MemoryModule:
         """A finding as a compiler prints it: ``file:line:col: severity: message``, the source
         line and a caret (``severity``: another than the finding's, as ``--werror`` makes a
         warning an error; ``suffix``: after the message)."""
+        return self.to_diagnostic(f, severity, suffix).format()
+
+    def to_diagnostic(self, f: Finding, severity: str | None = None, suffix: str = "") -> Diagnostic:
         path = self.files[f.file] or self.source
         loc = Location(f.line, max(f.column, 1)) if f.line > 0 else None
         line = self.source_line(f.file, f.line) if loc is not None else None
-        return LayercError(f.message + suffix, path, loc, line, severity=severity or f.severity).format()
+        return Diagnostic(severity or f.severity, f.message + suffix, path, loc, [], line)
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """Every finding, as the diagnostic engine takes it."""
+        return [self.to_diagnostic(f) for f in self.findings]
 
     def source_line(self, file: int, line: int) -> str | None:
         """Line ``line`` (1-based) of file ``file``'s text; the file's newlines are found once, so

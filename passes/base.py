@@ -23,6 +23,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
+from layerc.ir.diagnostics import Diagnostic, Location
+
 M = TypeVar("M")  #: the module kind a pass runs on
 R = TypeVar("R")
 
@@ -74,14 +76,19 @@ def _key(value: Any) -> Any:
 @dataclass
 class Context:
     """What passes share besides the module: inputs named on the command line (a trace, say),
-    results and cached analyses, and diagnostics to report."""
+    results and cached analyses, and the diagnostics they report (``ir.diagnostics``)."""
 
     inputs: dict[str, Any] = field(default_factory=dict)
     analyses: AnalysisManager = field(default_factory=AnalysisManager)
-    warnings: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
 
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
+    def warn(self, message: str, path: str | None = None, loc: Location | None = None) -> None:
+        self.diagnostics.append(Diagnostic("warning", message, path, loc))
+
+    @property
+    def warnings(self) -> list[str]:
+        """The warnings' messages."""
+        return [d.message for d in self.diagnostics if d.severity == "warning"]
 
 
 @dataclass(frozen=True)

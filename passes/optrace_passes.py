@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from layerc.grammar.pysource import SourceSet
-from layerc.ir.diagnostics import LayercError, Location, VerifyError, source_line_at
+from layerc.ir.diagnostics import Diagnostic, LayercError, Location, VerifyError, source_line_at
 from layerc.ir.optree import OpNode, OpTree, Site
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.registry import get_all_passes
@@ -108,6 +108,8 @@ class TraceOps(ModulePass["OpTraceModule"]):
         tree.warnings += resolver.warnings
         for w in resolver.warnings:
             ctx.warn(w)
+        for path, line, col, label in unresolved_sites(tree):
+            ctx.warn(f"cannot resolve {label}", path, Location(line, col))
         module.tree, module.tracer = tree, tracer
 
 
@@ -124,14 +126,21 @@ class CrossValidateKernels(ModulePass["OpTraceModule"]):
         module.validation = cross_validate(tree, module.tracer)
 
 
-def unresolved_calls(tree: OpTree) -> list[str]:
-    """``file:line:col: warning: cannot resolve X``, once per call site the tree could not follow."""
-    out: dict[tuple, str] = {}
+def unresolved_sites(tree: OpTree) -> list[tuple[str, int, int, str]]:
+    """(path, line, column, call) once per call site the tree could not follow."""
+    out: dict[tuple, tuple[str, int, int, str]] = {}
     for node, _ in tree.root.walk():
         if node.unresolved and node.site is not None:
             s = node.site
-            out.setdefault((s.path, s.line, s.col), f"{s.path}:{s.line}:{s.col}: warning: cannot resolve {node.label.removesuffix('()')}")
+            out.setdefault((s.path, s.line, s.col), (s.path, s.line, s.col, node.label.removesuffix("()")))
     return list(out.values())
+
+
+def unresolved_calls(tree: OpTree) -> list[str]:
+    """``file:line:col: warning: cannot resolve X``, once per call site the tree could not follow."""
+    return [Diagnostic("warning", f"cannot resolve {label}", path, Location(line, col)).format()
+            for path, line, col, label in unresolved_sites(tree)]
+
 
 
 def find_entry(resolver: Resolver, entry: str) -> ClassInfo:

@@ -21,7 +21,7 @@ from layerc.grammar._lark import build_parser, run_parser
 from layerc.ir.diagnostics import LayercError, Location, ParseError
 from layerc.ir.graph import Module
 from layerc.passes.base import Context, ModulePass
-from layerc.passes.registry import BUILTIN_PASSES, IRS, get_all_passes, get_pass_class
+from layerc.passes.registry import BUILTIN_PASSES, IRS, get_all_passes, get_pass_class, other_ir, with_discovered
 
 SOURCE = "<pipeline>"
 
@@ -89,11 +89,15 @@ def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]
     specs = parse_pipeline_text(text)
     known = get_all_passes("graph") if registry is None else registry
     unknown = [s for s in specs if s.name not in known]
+    if unknown:  # a pass the list does not name may be a new module of the package, of this IR
+        ir = _ir_of(known)
+        known = {**known, **{n: f for n, f in with_discovered(ir).items() if n not in known}}
+        unknown = [s for s in specs if s.name not in known]
     if unknown:
         s = unknown[0]
         names = ", ".join(sorted(known))
-        other = BUILTIN_PASSES.get(s.name)
-        message = (f"pass '{s.name}' runs on the {other[0]} IR (layerc {IRS[other[0]]}), not here (passes here: {names})"
+        other = other_ir(s.name)
+        message = (f"pass '{s.name}' runs on the {other} IR (layerc {IRS.get(other, 'opt')}), not here (passes here: {names})"
                    if other is not None else f"unknown pass '{clip(s.name)}' (known passes: {names})")
         raise ParseError(message, SOURCE, Location(s.line, s.column)).with_source(SOURCE, text)
     passes = []
@@ -104,6 +108,12 @@ def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]
         except LayercError as e:
             raise ParseError(f"{s.name}: {e.message}", SOURCE, Location(s.line, s.column)).with_source(SOURCE, text) from None
     return passes
+
+
+def _ir_of(known: dict) -> str | None:
+    """The IR of a registry view (None: passes of several IRs)."""
+    irs = {BUILTIN_PASSES[n][0] for n in known if n in BUILTIN_PASSES}
+    return irs.pop() if len(irs) == 1 else None
 
 
 def make_pass(cls: type[ModulePass], options: dict[str, tuple[str, ...]]) -> ModulePass:

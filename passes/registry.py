@@ -5,6 +5,10 @@ Built-in passes are listed here with the IR they run on (``graph``: an AutoDeplo
 ``trace``: a profiler trace; ``mem``: a memory plan; ``optree``: model source and its op tree);
 each pass class says the same in ``ir``. Other packages add theirs through the ``layerc.passes``
 entry-point group (``name = "package.module:PassClass"``). A name defined twice is an error.
+
+A new pass is one new module in this package: a pass class there that the list does not name
+is found when a pipeline asks for its name, and by ``opt --list-passes`` (the list is the fast
+path that keeps the other modules unimported).
 """
 
 from __future__ import annotations
@@ -63,6 +67,40 @@ def get_all_passes(ir: str | None = None) -> dict[str, Callable[[], type[ModuleP
     return passes
 
 
+@lru_cache(maxsize=1)
+def discovered_passes() -> dict[str, type[ModulePass]]:
+    """Pass classes of this package's modules that ``BUILTIN_PASSES`` does not list (imports
+    the modules it has not imported yet: only when a name is not found, or for a listing)."""
+    import pkgutil
+    from inspect import isclass
+
+    import layerc.passes as package
+
+    listed = {spec.partition(":")[0] for _, spec in BUILTIN_PASSES.values()}
+    found: dict[str, type[ModulePass]] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module_name = f"{package.__name__}.{info.name}"
+        if module_name in listed or info.ispkg:
+            continue
+        module = import_module(module_name)
+        for value in vars(module).values():
+            if (isclass(value) and issubclass(value, ModulePass) and value.__module__ == module_name
+                    and isinstance(getattr(value, "name", None), str) and value.name not in BUILTIN_PASSES):
+                if value.name in found:
+                    raise LayercError(f"pass '{value.name}' is defined twice ({found[value.name].__module__}, {module_name})")
+                found[value.name] = value
+    return found
+
+
+def with_discovered(ir: str | None = None) -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every pass of ``ir`` (or of all IRs), the package's unlisted modules included."""
+    passes = dict(get_all_passes(ir))
+    for name, cls in discovered_passes().items():
+        if ir in (None, getattr(cls, "ir", "graph")) and name not in passes:
+            passes[name] = (lambda c: lambda: c)(cls)
+    return passes
+
+
 def _plugins() -> list:
     """The ``layerc.passes`` entry points (importlib.metadata is imported only when asked)."""
     from importlib.metadata import entry_points
@@ -75,6 +113,14 @@ def pass_ir(name: str) -> str:
     if name in BUILTIN_PASSES:
         return BUILTIN_PASSES[name][0]
     return getattr(get_pass_class(name), "ir", "graph")
+
+
+def other_ir(name: str) -> str | None:
+    """The IR a pass of that name runs on, wherever it is registered (None: no such pass)."""
+    if name in BUILTIN_PASSES:
+        return BUILTIN_PASSES[name][0]
+    cls = with_discovered().get(name)
+    return getattr(cls(), "ir", "graph") if cls is not None else None
 
 
 def _plugin_loader(ep) -> Callable[[], type[ModulePass]]:
@@ -90,7 +136,7 @@ def _plugin_loader(ep) -> Callable[[], type[ModulePass]]:
 
 
 def get_pass_class(name: str) -> type[ModulePass]:
-    factory = get_all_passes().get(name)
+    factory = get_all_passes().get(name) or with_discovered().get(name)
     if factory is None:
         raise LayercError(f"unknown pass '{name}'")
     cls = factory()

@@ -135,7 +135,7 @@ def test_a_trace_pipeline_gives_the_layers_trace_finds(inputs):
 @pytest.mark.parametrize("ir,argv", [
     ("trace", ("trace", TRACE, "--strategy", "motif", "--split-half-layers")),
     ("graph", ("layer", "$GRAPH", "1", "--pattern", "layers_(\\d+)_")),
-    ("mem", ("mem", "$MEM", "--arch", "sm90")),
+    ("mem", ("mem", "$MEM", "--arch", "sm100")),
     ("optree", ("optrace", PKG, "--entry", "TinyForCausalLM")),
     ("graph", ("simulate", "--preset", "llama-3.1-8b", "--engines", "2", "--hw", "b200")),
 ])

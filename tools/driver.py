@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--max-decompressed", type=size, metavar="SIZE",
                            help="most bytes one compressed input may inflate to, e.g. 20G; 0: no limit "
                                 "(default: 100 times the file, at least 256M)")
+            p.add_argument("--diagnostics-format", choices=("text", "json"), default="text",
+                           help="errors (and, where the command routes them, warnings) as text or as one JSON document on stderr")
             p.set_defaults(run=mod.run)
     return parser
 
@@ -109,7 +111,11 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
         finally:
             sys.stdout = stdout
     except LayercError as e:
-        sys.stderr.write(e.format() + "\n")
+        from layerc.ir.diagnostics import DiagnosticEngine
+
+        engine = DiagnosticEngine(sys.stderr, getattr(args, "diagnostics_format", "text"))
+        engine.emit(e.diagnostic())
+        engine.finish()
         return 1
     except KeyboardInterrupt:
         sys.stderr.write("layerc: interrupted\n")

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from layerc.ir.diagnostics import LayercError
+from layerc.ir.diagnostics import DiagnosticEngine, LayercError
 from layerc.tools.args import input_path, output_path, pipeline_options, printed_pipeline
 
 
@@ -31,6 +31,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry", metavar="CLASS", help="model source: the entry class (Class or package.module:Class)")
     pipeline_options(p)
     p.add_argument("--disable-verify", action="store_true", help="do not verify the IR after each pass")
+    p.add_argument("--werror", action="store_true", help="warnings are errors (exit 1)")
+    p.add_argument("--verify-diagnostics", action="store_true",
+                   help="check the diagnostics against expected-error/-warning {{text}} comments in the input "
+                        "(@+N, @-N, @above, @below: another line; @*: anywhere); exit 1 on any mismatch")
     p.add_argument("--dump-pass-pipeline", action="store_true", help="print the pipeline that will run, to stderr")
     p.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
     p.set_defaults(usage_error=p.error)
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if ir != "graph" and (args.section or args.file):
         args.usage_error(f"--{'section' if args.section else 'file'} applies to a dump, and {args.input} is a {ir} input")
     # Everything the command line names is checked before any pass runs.
-    passes = build_pipeline(args.passes, get_all_passes(ir))
+    passes = build_pipeline(args.passes, get_all_passes(ir))  # (and the package's unlisted passes of that IR)
     if args.section:
         from layerc.passes.select_graph import SelectGraph
 
@@ -77,10 +81,17 @@ def run(args: argparse.Namespace) -> int:
         from layerc.tools.optrace import build_profiled_model
 
         ctx.inputs["build_model"] = build_profiled_model
+    if args.verify_diagnostics:
+        return verify(args, pm, ctx, module)
+    engine = DiagnosticEngine(sys.stderr, args.diagnostics_format, args.werror)
     pm.run(ctx, module)
+    for d in _reported(ctx, module):
+        engine.emit(d)
     phases.extend(pm.timings)
-    for w in ctx.warnings:
-        sys.stderr.write(f"layerc: warning: {w}\n")
+    if engine.errors:  # warnings under --werror: nothing is written
+        engine.finish()
+        return 1
+    engine.finish()
 
     start = time.perf_counter()
     text = printer(module)
@@ -93,15 +104,43 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reported(ctx, module) -> list:
+    """What the passes reported: the context's diagnostics and the module's own findings (a
+    memory plan's checks)."""
+    own = getattr(module, "diagnostics", None)
+    return ctx.diagnostics + (own() if callable(own) else [])
+
+
+def verify(args: argparse.Namespace, pm, ctx, module) -> int:
+    """``--verify-diagnostics``: run, gather every diagnostic (a raised error too), and compare
+    them with the expected-diagnostic comments of the input's files; only mismatches print."""
+    from layerc.grammar.input_kinds import commented_files
+    from layerc.grammar.inputs import read_text
+    from layerc.ir.diagnostics import expected_diagnostics, verify_diagnostics
+
+    try:
+        pm.run(ctx, module)
+        raised = []
+    except LayercError as e:
+        raised = [e.diagnostic()]
+    expected = [x for path in commented_files(args.input) for x in expected_diagnostics(str(path), read_text(path))]
+    problems = verify_diagnostics(expected, _reported(ctx, module) + raised)
+    engine = DiagnosticEngine(sys.stderr, args.diagnostics_format)
+    for d in problems:
+        engine.emit(d)
+    engine.finish()
+    return 1 if problems else 0
+
+
 def _list_passes() -> int:
     """Every registered pass, by the IR it runs on (and the command whose pipeline runs it),
     with its options and the first line of its docstring."""
     import dataclasses
     import typing
 
-    from layerc.passes.registry import IRS, get_all_passes, get_pass_class, pass_ir
+    from layerc.passes.registry import IRS, get_pass_class, pass_ir, with_discovered
 
-    names = sorted(get_all_passes(), key=lambda n: (list(IRS).index(pass_ir(n)) if pass_ir(n) in IRS else len(IRS), n))
+    names = sorted(with_discovered(), key=lambda n: (list(IRS).index(pass_ir(n)) if pass_ir(n) in IRS else len(IRS), n))
     shown = None
     for name in names:
         ir = pass_ir(name)
@@ -115,7 +154,8 @@ def _list_passes() -> int:
             for f in dataclasses.fields(cls)
         )
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        sys.stdout.write(f"  {name}{'{' + opts + '}' if opts else ''}\n      {doc}\n")
+        needs = f"\n      requires: {', '.join(cls.requires)}" if cls.requires else ""
+        sys.stdout.write(f"  {name}{'{' + opts + '}' if opts else ''}\n      {doc}{needs}\n")
     return 0
 
 

@@ -137,19 +137,15 @@ def run(args: argparse.Namespace) -> int:
     scope = tuple(s.strip() for s in args.scope.split(",") if s.strip()) if args.scope else ()
     module = OpTraceModule(sources, entry, scope, knowns=knowns(args))
 
-    def show(m: OpTraceModule) -> str:
-        lines = report.graph_lines(m.tree, lambda site: f"{site.path}#L{site.line}") if m.tree else []
-        return "\n".join(lines) + "\n"
+    from layerc.backends.registry import emitter
 
-    manager = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=show, ir_stream=sys.stderr)
+    manager = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=emitter("optree"), ir_stream=sys.stderr)
     _progress(f"tracing {entry} in {sources.label}")
     manager.run(ctx, module)
     if args.timing:
         sys.stderr.write(timing_report(manager.timings))
-    for w in ctx.warnings:
-        sys.stderr.write(f"layerc: warning: {w}\n")
-    for w in module.unresolved:
-        sys.stderr.write(w + "\n")
+    for d in ctx.diagnostics:
+        sys.stderr.write(d.format() + "\n")
     if args.werror and module.unresolved:
         raise LayercError(f"{len(module.unresolved)} call(s) cannot be resolved (--werror); nothing written", sources.label)
 
