@@ -65,7 +65,7 @@ fidelity: install
 
 bench: install
 	$(PIP) install -q $(FIND_LINKS) -e ".[bench]"
-	$(PY) -m layerc.tools.bench
+	$(PY) -m tests.bench.run
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

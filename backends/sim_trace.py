@@ -12,12 +12,8 @@ from __future__ import annotations
 import os
 
 from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
-from layerc.ir.graph import Graph, Node
+from layerc.ir.graph import Graph, Node, op_label
 from layerc.ir.trace import Kernels, Strings, Trace
-
-
-def op_label(node: Node) -> str:
-    return node.meta.get("label") or node.name
 
 
 def op_args(node: Node) -> dict:

@@ -380,3 +380,8 @@ __all__ = [
     "Value", "Weight", "Node", "Graph", "Module", "PLACEHOLDER", "OP", "OUTPUT",
     "is_structurally_equivalent", "structural_key", "map_values", "same_constant",
 ]
+
+
+def op_label(node: Node) -> str:
+    """The name an op is shown and measured by: the label its builder gave, else its name."""
+    return node.meta.get("label") or node.name

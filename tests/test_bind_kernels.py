@@ -29,8 +29,8 @@ from layerc.passes.select_graph import SelectGraph
 from layerc.passes.slicing import SliceLayer
 from layerc.passes.tag_weights import TagWeights
 from layerc.passes.trace_layers import detect_layers
-from layerc.tools import gen_dump
-from layerc.tools.gen_kernels import generate
+from layerc.backends.synth import dump as gen_dump
+from layerc.backends.synth.kernels import generate
 
 
 # -- the alignments, against every order-keeping assignment --------------------------------------
@@ -244,7 +244,7 @@ torch = pytest.importorskip("torch")
 
 
 def _pair(arch, tmp_path):
-    from layerc.tools.export_hf import export_graph_module, node_modules, profile_model, write_dump
+    from layerc.backends.synth.hf_export import export_graph_module, node_modules, profile_model, write_dump
 
     model, gm = export_graph_module(arch, 2)
     with open(tmp_path / "dump.txt", "w") as f:
@@ -291,7 +291,7 @@ def test_real_profile_binds_aten_ops_to_their_nodes(arch, tmp_path):
 
 
 def test_profile_layer_binding_through_the_cli(tmp_path):
-    from layerc.tools.export_hf import export, profile_model, export_graph_module
+    from layerc.backends.synth.hf_export import export, profile_model, export_graph_module
 
     info = export("llama", 2, tmp_path)
     model, _ = export_graph_module("llama", 2)
@@ -308,7 +308,7 @@ def test_profile_layer_binding_through_the_cli(tmp_path):
 @pytest.fixture(scope="module")
 def qwen2_dump(tmp_path_factory):
     """A 24-layer qwen2 export, the model family of the HF Qwen1.5-0.5B H100 profile."""
-    from layerc.tools.export_hf import export_graph_module, write_dump
+    from layerc.backends.synth.hf_export import export_graph_module, write_dump
 
     _, gm = export_graph_module("qwen2", 24)
     path = tmp_path_factory.mktemp("qwen2") / "dump.txt"

@@ -285,7 +285,7 @@ def test_schema_data_is_what_torch_says():
 def test_torch_export_graphs_with_strings_round_trip(tmp_path):
     """einsum, a data-dependent assertion and a padding mode, exported by torch itself."""
     torch = pytest.importorskip("torch")
-    from layerc.tools.export_hf import write_dump
+    from layerc.backends.synth.hf_export import write_dump
 
     class M(torch.nn.Module):
         def forward(self, a, b, n):

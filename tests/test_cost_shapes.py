@@ -21,7 +21,7 @@ from layerc.ir.types import TensorType
 from layerc.passes.base import Context
 from layerc.passes.cost import CostModel, op_kind
 from layerc.passes.schedule import ListSchedule
-from layerc.tools.gen_dump import ARCHES, write
+from layerc.backends.synth.dump import ARCHES, write
 from tests import capped
 
 MEMORY = 2 << 30

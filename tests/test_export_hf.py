@@ -1,4 +1,4 @@
-"""layerc.tools.export_hf: tiny HF models -> AutoDeploy-style graph dumps + layer ground truth."""
+"""layerc.backends.synth.hf_export: tiny HF models -> AutoDeploy-style graph dumps + layer ground truth."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import textwrap
 import pytest
 
 from layerc.ir.diagnostics import LayercError
-from layerc.tools import export_hf
+from layerc.backends.synth import hf_export as export_hf
+from layerc.tools import export_hf as export_hf_cli
 
 NUM_LAYERS = 2
 HEADER = "# Transform: export_to_gm\n# Stage: export\n# GraphModules found: 1\n\n"
@@ -55,7 +56,7 @@ def test_layer_of_path(path, prefix, expected):
 
 def test_parser():
     p = argparse.ArgumentParser()
-    export_hf.configure_parser(p)
+    export_hf_cli.configure_parser(p)
     args = p.parse_args(["--arch", "deepseek_v3", "out"])
     assert (args.arch, args.layers, args.outdir) == ("deepseek_v3", 2, "out")
     assert p.parse_args(["--arch", "llama", "--layers", "5", "o"]).layers == 5
@@ -100,11 +101,11 @@ def test_imports_and_fails_cleanly_without_torch(tmp_path):
         import argparse, sys
         sys.modules["torch"] = None          # make "import torch" fail
         sys.modules["transformers"] = None
-        from layerc.tools import export_hf
+        from layerc.tools import export_hf as export_hf_cli
         from layerc.ir.diagnostics import LayercError
         args = argparse.Namespace(arch="llama", layers=2, outdir={str(tmp_path)!r})
         try:
-            export_hf.run(args)
+            export_hf_cli.run(args)
         except LayercError as exc:
             print(exc.message)
         else:

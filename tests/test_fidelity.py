@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from layerc.ir.diagnostics import LayercError
-from layerc.tools import fidelity
+from layerc.backends import fidelity
 
 # --------------------------------------------------------------------------
 # Counting (no torch needed)
@@ -120,7 +120,7 @@ def test_run_child_brings_the_record_back(hf):
 
 
 def test_decoder_architectures(hf):
-    from layerc.tools.export_hf import ARCHES, NOT_EXPORTED
+    from layerc.backends.synth.hf_export import ARCHES, NOT_EXPORTED
 
     keep, left_out = fidelity.decoder_architectures()
     assert set(ARCHES) <= set(keep)

@@ -21,8 +21,9 @@ from layerc.ir.types import TensorType, TupleType
 from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.slicing import SliceLayers
-from layerc.tools import gen_dump
-from layerc.tools.gen_dump import ARCHES, generate, truth
+from layerc.backends.synth import dump as gen_dump
+from layerc.tools import gen_dump as gen_dump_cli
+from layerc.backends.synth.dump import ARCHES, generate, truth
 
 #: Small layer counts that still cover every layer kind of each architecture.
 SMALL = {"deepseek_v3": 6, "deepseek_v3_prefusion": 5, "llama": 3, "qwen3_moe": 3, "nemotron_h": 7, "qwen3_next": 8, "eager": 3}
@@ -204,10 +205,10 @@ def test_seed_and_shuffle():
 
 def test_write_and_cli(tmp_path):
     parser = __import__("argparse").ArgumentParser()
-    gen_dump.configure_parser(parser)
+    gen_dump_cli.configure_parser(parser)
     args = parser.parse_args(["nemotron_h", str(tmp_path), "--layers", "6", "--symbolic", "--seed", "2", "--shuffle",
                               "--constants"])
-    assert gen_dump.run(args) == 0
+    assert gen_dump_cli.run(args) == 0
     dump = tmp_path / "084_compile_compile_model.txt"
     layers = json.loads((tmp_path / "084_compile_compile_model_truth.json").read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == [dump.name, "084_compile_compile_model_truth.json"]
@@ -340,8 +341,8 @@ def test_piecewise_full_size_and_cli(tmp_path):
     assert len(mod.graphs) == 2 + 1 + 61 + 62  # prepare, 61 MLAs, 62 static pieces around them
     assert print_module(parse_autodeploy(text, "085_compile_compile_model.txt")) == text
     parser = __import__("argparse").ArgumentParser()
-    gen_dump.configure_parser(parser)
-    assert gen_dump.run(parser.parse_args(["llama", str(tmp_path), "--layers", "2", "--piecewise"])) == 0
+    gen_dump_cli.configure_parser(parser)
+    assert gen_dump_cli.run(parser.parse_args(["llama", str(tmp_path), "--layers", "2", "--piecewise"])) == 0
     dump = (tmp_path / "081_compile_compile_model.txt").read_text()
     assert "# GraphModules found: 8\n" in dump and "\n# GraphModule: piecewise.split_gm.submod_5\n" in dump
     layers = json.loads((tmp_path / "081_compile_compile_model_truth.json").read_text())

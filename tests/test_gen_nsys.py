@@ -1,4 +1,4 @@
-"""The synthetic Nsight Systems export generator (``layerc.tools.gen_nsys``).
+"""The synthetic Nsight Systems export generator (``layerc.backends.synth.nsys``).
 
 Generated exports stand in for real node-mode LLM captures in the trace reader's tests, so they
 must have the tables and columns of the schema version they claim (compared with the two real
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from layerc.tools import gen_nsys
-from layerc.tools.gen_nsys import MODES, SCHEMAS, generate, table_columns
+from layerc.backends.synth import nsys as gen_nsys
+from layerc.backends.synth.nsys import MODES, SCHEMAS, generate, table_columns
 
 REAL = {
     "2.9.1": "data/traces/nsys/pipit_saxpy_schema2.9.1.sqlite",

@@ -11,8 +11,9 @@ import pytest
 
 from layerc.grammar.kineto import read_kineto
 from layerc.passes.kernel_tables import TYPES, kernel_table
-from layerc.tools import gen_trace
-from layerc.tools.gen_trace import MODELS, generate, truth_path
+from layerc.backends.synth import kineto as gen_trace
+from layerc.tools import gen_trace as gen_trace_cli
+from layerc.backends.synth.kineto import MODELS, generate, truth_path
 
 # (model, vendor, tp, layers): full depth for one case per model, shortened elsewhere to stay fast
 CASES = [
@@ -185,8 +186,8 @@ def test_bad_arguments(tmp_path):
 def test_cli(tmp_path, capsys):
     import argparse
     p = argparse.ArgumentParser()
-    gen_trace.configure_parser(p)
+    gen_trace_cli.configure_parser(p)
     out = tmp_path / "c.json.gz"
-    assert gen_trace.run(p.parse_args([str(out), "--model", "grok2", "--vendor", "cuda", "--tp", "8", "--layers", "2", "--spans"])) == 0
+    assert gen_trace_cli.run(p.parse_args([str(out), "--model", "grok2", "--vendor", "cuda", "--tp", "8", "--layers", "2", "--spans"])) == 0
     assert "grok2 on cuda tp8" in capsys.readouterr().out
     assert len(read_kineto(out).modules) == 2

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 from layerc.backends.autodeploy import print_module  # noqa: E402
 from layerc.backends.fx import print_graph  # noqa: E402
 from layerc.grammar.dumps import load, parse_and_verify  # noqa: E402
-from layerc.tools import export_hf  # noqa: E402
+from layerc.backends.synth import hf_export as export_hf  # noqa: E402
 
 ARCHES = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "qwen2", "gemma2", "phi3", "falcon"]
 #: Mamba-2 and its hybrids: their chunked scans print einsum equations, unquoted.

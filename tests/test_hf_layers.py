@@ -16,8 +16,8 @@ from layerc.ir.graph import OP  # noqa: E402
 from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context  # noqa: E402
 from layerc.passes.slicing import SliceLayers  # noqa: E402
-from layerc.tools import export_hf  # noqa: E402
-from layerc.tools.fidelity import agreement  # noqa: E402
+from layerc.backends.synth import hf_export as export_hf  # noqa: E402
+from layerc.backends.fidelity import agreement  # noqa: E402
 
 # The four the issue names, and more shapes of decoder layer: fused QKV (phi3), parallel
 # attention and MLP (falcon), sandwich norms (gemma2), MLA + MoE (deepseek_v3), GPT-NeoX, Mamba-2

@@ -131,7 +131,7 @@ def test_invalid_utf8_is_located(tmp_path):
 def test_sqlite_names_read_exactly_that_file(tmp_path):
     """``r%20x`` is not ``r x``; ``#`` and ``?`` are not URI syntax: each name opens itself."""
     from layerc.grammar.traces import read_trace
-    from layerc.tools.gen_nsys import generate
+    from layerc.backends.synth.nsys import generate
 
     generate(tmp_path / "r x.sqlite", layers=2, replays=1)
     generate(tmp_path / "r%20x.sqlite", layers=3, replays=2)

@@ -10,7 +10,7 @@ import pytest
 
 from layerc.grammar import kineto
 from layerc.ir.diagnostics import ParseError
-from layerc.tools.gen_trace import generate
+from layerc.backends.synth.kineto import generate
 
 
 @pytest.fixture(scope="module")

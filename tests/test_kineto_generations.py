@@ -10,7 +10,7 @@ import json
 import pytest
 
 from layerc.grammar.kineto import read_kineto
-from layerc.tools.gen_trace import generate as write_trace
+from layerc.backends.synth.kineto import generate as write_trace
 from layerc_cli import run_layerc
 
 @pytest.fixture(scope="module")

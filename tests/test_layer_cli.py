@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from layerc.backends.layer_json import schema
-from layerc.tools.gen_dump import write
+from layerc.backends.synth.dump import write
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' is not installed")
 

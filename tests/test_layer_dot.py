@@ -23,7 +23,7 @@ from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, PLACEHOLDER, Node
 from layerc.ir.targets import op_name
 from layerc.ir.types import TupleType
-from layerc.tools.gen_dump import generate
+from layerc.backends.synth.dump import generate
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "layer_dot"
 HAVE_DOT = shutil.which("dot") is not None

@@ -43,6 +43,6 @@ def test_imports_run_one_way(package):
 def test_the_check_sees_a_wrong_way_import(tmp_path):
     """The check can fail: a pass importing a tool, or a grammar reading a pass's data, is seen."""
     bad = tmp_path / "m.py"
-    bad.write_text("def f():\n    from layerc.tools.export_hf import build_model\n"
+    bad.write_text("def f():\n    from layerc.tools.optrace import build_profiled_model\n"
                    "x = resources.files('layerc.passes').joinpath('data/models.toml')\n")
     assert uses(bad) == [(2, "tools"), (3, "passes")]

@@ -22,7 +22,7 @@ from layerc.ir.diagnostics import LayercError
 from layerc.passes.base import Context
 from layerc.passes.mem_check import MEM_PASSES
 from layerc.passes.pipeline import PassManager, build_pipeline
-from layerc.tools import gen_ws_mem as gen
+from layerc.backends.synth import ws_mem as gen
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "mem"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,8 @@ import json
 import pytest
 from PIL import Image
 
-from layerc.tools import gen_ws_mem as gen
+from layerc.backends.synth import ws_mem as gen
+from layerc.tools import gen_ws_mem as gen_cli
 from layerc.tools.driver import main
 
 
@@ -98,15 +99,15 @@ def test_broken_input_is_a_located_error_and_writes_nothing(tmp_path, capsys):
 
 def test_gen_mem_command(tmp_path, capsys):
     p = argparse.ArgumentParser()
-    gen.configure_parser(p)
-    assert gen.run(p.parse_args([str(tmp_path / "d"), "--kernels", "2", "--smem-alloc-algo", "1", "--no-operation-ids"])) == 0
+    gen_cli.configure_parser(p)
+    assert gen_cli.run(p.parse_args([str(tmp_path / "d"), "--kernels", "2", "--smem-alloc-algo", "1", "--no-operation-ids"])) == 0
     assert sorted(f.name for f in (tmp_path / "d").iterdir()) == [
         "combined_graph_0.dot", "combined_graph_2.dot", "tmem_liveness_1.dot", "tmem_liveness_3.dot"]
-    assert gen.run(p.parse_args([str(tmp_path / "r.log"), "--log", "--example", "random", "--kernels", "3", "--seed", "4"])) == 0
+    assert gen_cli.run(p.parse_args([str(tmp_path / "r.log"), "--log", "--example", "random", "--kernels", "3", "--seed", "4"])) == 0
     capsys.readouterr()
     rc, out, _ = _mem(capsys, tmp_path / "d", "--json")
     doc = json.loads(out)
     assert len(doc["kernels"]) == 2 and all(k["partitions"] for k in doc["kernels"])
     assert all(op["op_id"] is None for p in doc["kernels"][0]["partitions"] for op in p["ops"])  # no operation ids
     with pytest.raises(Exception):
-        gen.run(p.parse_args([str(tmp_path / "r.log"), "--kernels", "1"]))
+        gen_cli.run(p.parse_args([str(tmp_path / "r.log"), "--kernels", "1"]))

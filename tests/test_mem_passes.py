@@ -17,7 +17,7 @@ from layerc.passes.base import Context
 from layerc.passes.mem_check import MEM_PASSES, MemCheck, axis_ticks
 from layerc.passes.mem_liveness import CAPACITY, MemLiveness, live_curve
 from layerc.passes.pipeline import PassManager, build_pipeline
-from layerc.tools import gen_ws_mem as gen
+from layerc.backends.synth import ws_mem as gen
 
 
 def brute_force(start, end, amount) -> dict[int, int]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from layerc.grammar.ws_memory import read_dump_dir, read_log_text, read_ws_memory
 from layerc.ir.diagnostics import LayercError, ParseError
 from layerc.ir.memory import KIND_NAMES, Kernel, MemoryModule
-from layerc.tools import gen_ws_mem as gen
+from layerc.backends.synth import ws_mem as gen
 
 
 def describe(m: MemoryModule, k: Kernel) -> dict:

@@ -14,7 +14,7 @@ import pytest
 from tests import capped
 from layerc.grammar.nsys import ANY, SCHEMA, read_nsys
 from layerc.ir.diagnostics import LayercError, ParseError
-from layerc.tools.gen_nsys import generate
+from layerc.backends.synth.nsys import generate
 
 MEMORY, TIMEOUT = 1 << 30, 60
 #: values of every storage class but INTEGER, as SQL literals, and the class SQLite stores them as

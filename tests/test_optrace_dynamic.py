@@ -16,7 +16,7 @@ pytest.importorskip("transformers", reason="the dynamic check runs a model: the 
 from layerc.grammar.pysource import SourceSet
 from layerc.passes.base import Context
 from layerc.passes.optrace_dynamic import ProfileOps, agree, compare_modules, modeling_file, profile
-from layerc.tools.export_hf import ARCHES
+from layerc.backends.synth.hf_export import ARCHES
 from layerc.tools.optrace import build_profiled_model
 from layerc.passes.optrace_passes import OpTraceModule, TraceOps
 from layerc.tools.driver import main

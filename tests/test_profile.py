@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from layerc.backends.torch_run import GraphRunner, layer_inputs, layer_weights, transformers_layer, transformers_output  # noqa: E402
+from layerc.passes.runtime.torch_run import GraphRunner, layer_inputs, layer_weights, transformers_layer, transformers_output  # noqa: E402
 from layerc.grammar.decoder_layer import LayerShape, build_layer  # noqa: E402
 from layerc.grammar.hf_config import spec_from_dict  # noqa: E402
-from layerc.tools.export_hf import tiny_config  # noqa: E402
+from layerc.backends.synth.hf_export import tiny_config  # noqa: E402
 
 from layerc_cli import run_layerc  # noqa: E402
 from test_perfetto import replay, track_paths  # noqa: E402

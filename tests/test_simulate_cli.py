@@ -81,7 +81,7 @@ def test_comparison_with_the_seed(shared, tmp_path, record_property):
 
 
 def test_dump_layer(tmp_path):
-    from layerc.tools.gen_dump import write
+    from layerc.backends.synth.dump import write
 
     write("llama", tmp_path, layers=2)
     rc, stdout, err = cli("--dump", tmp_path, "--layer", 1, "--seq-len", 1000, "--json", tmp_path / "d.json")
@@ -95,7 +95,7 @@ def test_dump_layer(tmp_path):
 
 def test_pipeline_through_opt(tmp_path):
     """The passes run on a dump through ``layerc opt`` too (registered, options parsed)."""
-    from layerc.tools.gen_dump import write
+    from layerc.backends.synth.dump import write
 
     write("llama", tmp_path, layers=2)
     rc, out, err = run_layerc("opt", tmp_path, "-p", "slice-layer{layer=0},cost{kv-len=512 hw=b200},schedule{engines=2}")

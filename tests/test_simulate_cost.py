@@ -225,7 +225,7 @@ def test_no_overlap_mode_adds_the_terms():
 def test_sliced_dump_layer_is_costed(tmp_path):
     """A layer sliced from a generated AutoDeploy dump: fused ops and paged attention."""
     from layerc.passes.slicing import SliceLayer
-    from layerc.tools.gen_dump import write
+    from layerc.backends.synth.dump import write
 
     write("llama", tmp_path, layers=2)
     from layerc.grammar.dumps import load

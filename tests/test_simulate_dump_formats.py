@@ -26,7 +26,7 @@ def report(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory) -> dict[str, Path]:
     """gen-dump's llama dump in each form, two layers, 8 decode tokens (batch 8, one token each)."""
-    from layerc.tools.gen_dump import write
+    from layerc.backends.synth.dump import write
 
     root = tmp_path_factory.mktemp("dumps")
     forms = {"plain": {}, "symbolic": {"symbolic": True}, "piecewise": {"piecewise": True},
@@ -59,7 +59,7 @@ def test_gen_dump_forms_cost_alike(dumps, form, tmp_path):
 def test_symbolic_dumps_of_other_architectures(arch, tmp_path):
     """MoE, MLA, Mamba and linear-attention layers; nemotron_h's MoE layer has only flattened
     token dims (s70*s72): the layer's [B, S, H] input names the batch symbol."""
-    from layerc.tools.gen_dump import write
+    from layerc.backends.synth.dump import write
 
     write(arch, tmp_path / "plain", layers=2)
     write(arch, tmp_path / "symbolic", layers=2, symbolic=True)

@@ -17,7 +17,7 @@ from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.groups import InferGroups
 from layerc.passes.slicing import SliceLayers, extract_layer
-from layerc.tools.gen_dump import generate
+from layerc.backends.synth.dump import generate
 
 stacks = st.one_of(
     st.builds(dict, arch=st.sampled_from(["deepseek_v3", "llama", "qwen3_moe", "qwen3_next"]), layers=st.integers(2, 7)),

@@ -16,7 +16,7 @@ from layerc.ir.graph import OP
 from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.slicing import SliceLayers
-from layerc.tools import gen_dump, gen_eager
+from layerc.backends.synth import dump as gen_dump, eager as gen_eager
 from tests.layerc_cli import run_layerc
 
 

@@ -31,7 +31,7 @@ LOCATED = re.compile(r"^<pipeline>:1:(\d+): error: tag-weights: pattern: ")
 
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory) -> Path:
-    from layerc.tools.gen_dump import write
+    from layerc.backends.synth.dump import write
 
     out = tmp_path_factory.mktemp("llama")
     write("llama", out, layers=2)

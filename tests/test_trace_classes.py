@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from layerc.grammar.traces import read_trace
 from layerc.ir.trace import Annotations, Modules
 from layerc.passes.trace_layers import detect_layers
-from layerc.tools import gen_trace, gen_trace_workloads
+from layerc.backends.synth import kineto as gen_trace, kineto_workloads as gen_trace_workloads
 from layerc_cli import run_layerc
 from test_trace_layers import agreement, truth_columns
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from layerc.tools.gen_trace import generate
+from layerc.backends.synth.kineto import generate
 from layerc_cli import run_layerc
 
 TORCH = "data/traces/torch"

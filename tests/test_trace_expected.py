@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from layerc.tools.gen_trace import generate
+from layerc.backends.synth.kineto import generate
 from layerc_cli import run_layerc
 
 

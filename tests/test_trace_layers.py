@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from layerc.grammar.traces import read_trace
 from layerc.passes.kernel_tables import TYPES, kernel_table
 from layerc.passes.trace_layers import by_pass, detect_layers, find_period, from_spans, merge_half_layers, passes
-from layerc.tools import gen_nsys
-from layerc.tools.gen_trace import MODELS, generate
+from layerc.backends.synth import nsys as gen_nsys
+from layerc.backends.synth.kineto import MODELS, generate
 
 ATTENTION, LINEAR, NORM, MEMORY = (TYPES.index(t) for t in ("ATTENTION", "LINEAR", "NORM", "MEMORY"))
 DECODE = "sglang_qwen3-8b_decode_mi300x.json.gz"
@@ -495,8 +495,8 @@ def _kernel_truth(trace, truth) -> np.ndarray:
 def test_noise_kernels_do_not_break_the_motif(arch, depth, seed, tmp_path):
     """gen-kernels replays carry a fill, copy or unknown kernel after some kernels, different ones
     in each layer: the period is found on the structural kernels and the noise joins its layer."""
-    from layerc.tools import gen_dump
-    from layerc.tools.gen_kernels import generate as gen_kernels
+    from layerc.backends.synth import dump as gen_dump
+    from layerc.backends.synth.kernels import generate as gen_kernels
 
     gen_dump.write(arch, tmp_path, layers=depth)
     truth = gen_kernels(tmp_path, tmp_path / "r.json.gz", seed=seed, replays=2)

@@ -11,7 +11,7 @@ from layerc.passes.base import Context
 from layerc.passes.pipeline import PassManager, build_pipeline, run_passes
 from layerc.passes.registry import get_all_passes
 from layerc.passes.trace_passes import TRACE_PASSES, ClassifyKernels, DetectLayers, MergeHalfLayers, TraceModule, TypeLayers
-from layerc.tools.gen_trace import generate
+from layerc.backends.synth.kineto import generate
 
 
 @pytest.fixture(scope="module")

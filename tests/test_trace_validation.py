@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from layerc.grammar.traces import read_trace
-from layerc.tools.gen_trace import generate
+from layerc.backends.synth.kineto import generate
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from layerc.grammar.nsys import GRAPH_MODE_WARNING, read_nsys
 from layerc.grammar.traces import read_trace
 from layerc.ir.diagnostics import LayercError, ParseError
 from layerc.passes.replays import layers_of, pick_replay
-from layerc.tools.gen_nsys import generate
+from layerc.backends.synth.nsys import generate
 
 MANIFEST_KERNELS = {
     "torch/sglang_qwen3-8b_decode_mi300x.json.gz": 555,

@@ -18,7 +18,7 @@ from layerc.tools.args import input_path, output_path, pipeline_options, printed
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     from layerc.passes.pyconst import PHASES, PLATFORMS
-    from layerc.tools.export_hf import ARCHES
+    from layerc.backends.synth.hf_export import ARCHES
 
     p.add_argument("source", type=input_path, nargs="?", metavar="PACKAGE_OR_FILE",
                    help="model source: a package directory, a .py file in its package, or a wheel")
@@ -198,7 +198,7 @@ def build_profiled_model(arch: str, layers: int):
 
     if find_spec("torch") is None or find_spec("transformers") is None:  # pragma: no cover - environment
         raise LayercError("optrace --dynamic needs the [torch] extra: pip install 'layerc[torch]'")
-    from layerc.tools.export_hf import build_model
+    from layerc.backends.synth.hf_export import build_model
 
     model = build_model(arch, layers, attention=None)
     experts = "default"

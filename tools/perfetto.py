@@ -20,7 +20,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.tools.trace import analyze, write_perfetto
+    from layerc.backends.trace_report import write_perfetto
+    from layerc.tools.trace import analyze
 
     a = analyze(argparse.Namespace(trace=args.trace, kernel_tables=None, strategy=args.strategy, split_half_layers=False,
                                    timing=False, stage="all"))

@@ -5,7 +5,7 @@ the public ad_perf_analysis ``graph_dump.py`` does. It builds no graph, checks n
 commas inside lists wrong; layerc builds the typed, verified IR. Ratios compare the two on the
 same bytes, so they hold across machines better than seconds do.
 
-    python -m layerc.tools.bench [--quick] [--json FILE]
+    python -m tests.bench.run [--quick] [--json FILE]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _progress(msg: str) -> None:
 def bench_files(quick: bool) -> list[dict]:
     from layerc.backends.autodeploy import print_module
     from layerc.grammar.autodeploy import parse_autodeploy
-    from layerc.tools.gen_dump import generate
+    from layerc.backends.synth.dump import generate
 
     cases = [
         ("DeepSeek-V3, 1 layer", "deepseek_v3", 1, False),
@@ -169,7 +169,7 @@ def report(rows: list[dict], whole: float | None, layer: dict | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m layerc.tools.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.run", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args(argv)
@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     _progress("timing layer slicing")
     layer = bench_layers(next(r for r in rows if r["file"] == "DeepSeek-V3, 61 layers")["path"], 3 if args.quick else 5)
     _progress("timing trace loading beside HolisticTraceAnalysis")
-    from layerc.tools.bench_traces import bench_nsys_million, bench_traces
-    from layerc.tools.bench_traces import report as trace_report
+    from tests.bench.traces import bench_nsys_million, bench_traces
+    from tests.bench.traces import report as trace_report
 
     shared = Path(__file__).resolve().parents[1].parent / "shared"
     traces = bench_traces(shared, 3 if args.quick else 5) if shared.is_dir() else []

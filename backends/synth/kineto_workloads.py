@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from layerc.backends.outputs import output_dir, write_atomic
-from layerc.tools.gen_trace import _BASE, _KIND, KinetoWriter, Op, _pass_ops, truth_path
+from layerc.backends.synth.kineto import _BASE, _KIND, KinetoWriter, Op, _pass_ops, truth_path
 
 WORKLOADS = ("training", "hpc")
 

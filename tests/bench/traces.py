@@ -80,7 +80,7 @@ def bench_traces(shared: Path, repeat: int = 5) -> list[dict]:
 
 
 def bench_nsys_million(repeat: int = 2) -> dict:
-    from layerc.tools.gen_nsys import generate
+    from layerc.backends.synth.nsys import generate
 
     tmp = Path(tempfile.mkdtemp(prefix="layerc-bench-nsys-"))
     path = tmp / "million.sqlite"

@@ -1,0 +1,309 @@
+"""The report of ``layerc trace``: the analysis its passes leave (``Analysis``), as terminal
+tables, JSON, CSV and a Perfetto timeline. The command builds the pipeline; this module emits."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Analysis:
+    """Everything the outputs show, computed once."""
+
+    trace: object
+    cls: object
+    layers: object
+    table: object
+    stage: np.ndarray  #: per kernel, after layer voting
+    keep: np.ndarray  #: kernels selected by --stage
+    rows: np.ndarray  #: layers selected by --stage
+    pass_stage: np.ndarray  #: per pass, the stage most of its layers have
+
+    def pass_label(self, q: int, none: str) -> str:
+        from layerc.passes.layer_facts import stage_name
+
+        return stage_name(int(self.pass_stage[q])) if self.pass_stage[q] >= 0 else none
+
+    def pct(self, mask: np.ndarray) -> float:
+        """``mask``'s share of the selected kernels, in %."""
+        return 100 * float((mask & self.keep).sum()) / max(int(self.keep.sum()), 1)
+
+
+def mismatched_passes(a: Analysis, expected: int) -> list[int]:
+    """The complete passes (not cut by the profile's ends) whose layer count is not ``expected``:
+    a cross-check, never a correction."""
+    return [q for q, n in enumerate(a.layers.layers_per_pass) if not a.layers.partial[q] and n != expected]
+
+
+def _short(a: Analysis, i: int) -> str:
+    return a.trace.strings[int(a.cls.short[i])] or "?"
+
+
+def report(a: Analysis, args: argparse.Namespace) -> dict:
+    """The JSON document: totals, the decision, and one entry per layer."""
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_evidence import CONFIDENT
+    from layerc.passes.layer_facts import stage_name
+
+    k, t = a.trace.kernels, a.table
+    dur = (k.end - k.start).astype(np.int64)
+    keep = a.keep
+    total = int(dur[keep].sum())
+    by = lambda codes, names: {  # noqa: E731
+        names(c): {"kernels": int(((codes == c) & keep).sum()), "time_ns": int(dur[(codes == c) & keep].sum())}
+        for c in np.unique(codes[keep]).tolist()
+    }
+    orphans = keep & (a.layers.layer < 0)
+    return {
+        "trace": args.trace,
+        "kernel_count": int(keep.sum()),
+        "total_kernel_time_ns": total,
+        "num_layers": int(a.rows.sum()),
+        "layers_per_pass": _layers_per_pass(a),
+        # --num-layers: what was expected, and the complete passes that found another count
+        **({"expected_layers": {"num_layers": args.num_layers, "mismatched_passes": mismatched_passes(a, args.num_layers)}}
+           if getattr(args, "num_layers", None) else {}),
+        # passes cut by the profile's start or end: a leading one numbers its layers from the end
+        "partial_passes": [q for q, cut in enumerate(a.layers.partial) if cut],
+        "strategy": a.layers.strategy,
+        "confidence": round(a.layers.confidence, 4),
+        # below this the layers are reported with a warning; "none": no layer structure found
+        "confident_above": CONFIDENT,
+        "evidence": a.layers.evidence,
+        "warnings": a.layers.warnings,
+        "period": a.layers.period,
+        # each stack of layers (a vision tower and a language model, an encoder and a decoder):
+        # its module class and parent where module spans name them
+        "stacks": a.layers.stacks,
+        # per pass, its training step (ProfilerStep#N), -1 outside steps
+        "steps": a.layers.steps,
+        "stages": by(a.stage, stage_name),
+        "types": by(a.cls.type, lambda c: TYPES[c]),
+        "unknown_stage_pct": round(a.pct(a.stage < 0), 3),
+        "unclassified_pct": round(a.pct(a.cls.entry < 0), 3),
+        "classified_by": _classified_by(a, dur, getattr(args, "kernel_tables", None)),
+        "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
+        # rows no clock can have produced (an end before the start, an overflowing time), left out
+        "left_out": a.trace.meta.get("dropped", {}),
+        "layers": [
+            {
+                "pass": int(t.pass_index[r]), "partial": bool(a.layers.partial[int(t.pass_index[r])]), "index": int(t.index[r]),
+                "stack": _stack_of(a, int(t.first[r])), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
+                "kernel_count": int(t.kernel_count[r]), "duration_ns": int(t.duration[r]),
+                "start_ns": int(t.start[r]), "end_ns": int(t.end[r]),
+                "first_kernel": _short(a, int(t.first[r])), "last_kernel": _short(a, int(t.last[r])),
+            }
+            for r in np.nonzero(a.rows)[0].tolist()
+        ],
+    }
+
+
+def _classified_by(a: Analysis, dur: np.ndarray, tables: str | None) -> dict:
+    """Per kernel family (short name): its type, the table row that classified it (``file: entry
+    N``) or ``null`` where no row matched (type OTHER), and its kernels and time."""
+    from layerc.passes.kernel_tables import TYPES, kernel_table
+
+    entries = kernel_table(tables).entries
+    keep = a.keep
+    out = {}
+    shorts, first, inverse = np.unique(a.cls.short[keep], return_index=True, return_inverse=True)
+    idx = np.nonzero(keep)[0]
+    time = np.bincount(inverse.reshape(-1), weights=dur[keep].astype(float), minlength=len(shorts))
+    count = np.bincount(inverse.reshape(-1), minlength=len(shorts))
+    for j, s in enumerate(shorts.tolist()):
+        i = int(idx[first[j]])
+        entry = int(a.cls.entry[i])
+        row = os.path.basename(entries[entry].source) if entry >= 0 else None  # "trtllm.toml: entry 7 (moe_bmm_mx)"
+        out[a.trace.strings[s] or "?"] = {"type": TYPES[int(a.cls.type[i])], "row": row,
+                                          "kernels": int(count[j]), "time_ns": int(time[j])}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["time_ns"]))
+
+
+def _stack_of(a: Analysis, kernel: int) -> int:
+    """The stack (an index into ``stacks``) of the layer whose first kernel is ``kernel``."""
+    stack = a.layers.stack
+    return int(stack[kernel]) if stack is not None else 0
+
+
+def _layers_per_pass(a: Analysis) -> list[int]:
+    """Layers in each pass that has a layer of the chosen stage (every pass with --stage all)."""
+    if a.rows.all():
+        return a.layers.layers_per_pass
+    passes = a.table.pass_index[a.rows]
+    return [int((passes == q).sum()) for q in np.unique(passes).tolist()]
+
+
+def write_csv(a: Analysis, path: str) -> None:
+    import csv
+
+    from layerc.backends.outputs import atomic_open
+    from layerc.passes.layer_facts import stage_name
+
+    t = a.table
+    with atomic_open(path, "w") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["pass", "layer", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns", "first_kernel", "last_kernel"])
+        for r in np.nonzero(a.rows)[0].tolist():
+            w.writerow([int(t.pass_index[r]), int(t.index[r]), t.type[r], stage_name(int(t.stage[r])), int(t.kernel_count[r]),
+                        int(t.duration[r]), int(t.start[r]), int(t.end[r]), _short(a, int(t.first[r])), _short(a, int(t.last[r]))])
+
+
+def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
+    """Passes, graph replays and layers as parent spans above the kernels (layers carry type and
+    stage); ``fmt``: pftrace or json (default: from the extension). Returns the writer's stats."""
+    from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
+    from layerc.passes.layer_facts import stage_name
+    from layerc.passes.replays import graph_replays
+
+    k, t, lay = a.trace.kernels, a.table, a.layers
+    spans = []
+    for graph, runs in graph_replays(a.trace).items():
+        for n, idx in enumerate(runs):
+            spans.append(Span(f"graph {graph} replay {n}", int(k.start[idx].min()), int(k.end[idx].max()), "graph replays",
+                              int(k.device[idx[0]])))
+    for q in np.unique(lay.pass_of).tolist():
+        idx = np.nonzero(lay.pass_of == q)[0]
+        spans.append(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", int(k.start[idx].min()), int(k.end[idx].max()), "passes", int(k.device[idx[0]])))
+    for r in np.nonzero(a.rows)[0].tolist():
+        spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
+                          {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
+                           "kernels": int(t.kernel_count[r]), "pass": int(t.pass_index[r])}))
+    json_out = fmt == "json" if fmt else path.endswith((".json", ".json.gz"))
+    write = write_chrome_json if json_out else write_pftrace
+    stats = write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1)) or {}
+    return {**stats, "spans": len(spans)}
+
+
+def show(a: Analysis, args: argparse.Namespace) -> None:
+    """The terminal report (rich tables)."""
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_facts import stage_name
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False, soft_wrap=True)
+    k, t = a.trace.kernels, a.table
+    dur = (k.end - k.start).astype(np.int64)
+    keep = a.keep
+    total = max(int(dur[keep].sum()), 1)
+    lay = a.layers
+    con.print(f"[bold]{args.trace}[/]: {int(keep.sum()):,} kernels, {total / 1e6:,.3f} ms of kernel time; "
+              f"{int(a.rows.sum())} layers by [bold]{lay.strategy}[/] (confidence {lay.confidence:.2f}"
+              + (f", period {lay.period} kernels" if lay.period else "") + ")")
+    named = [s for s in lay.stacks if s["class"]]
+    if len(lay.stacks) > 1 or named:
+        con.print("stacks: " + "; ".join(
+            f"{s['class'] or 'kernel motif'} x{s['layers']}" + (f" in {s['parent']}" if s.get("parent") else "") for s in lay.stacks))
+    steps = sorted({q for q in lay.steps if q >= 0})
+    if len(steps) > 1:
+        con.print(f"training steps: {len(steps)} (ProfilerStep ranges); a pass never spans two")
+
+    def share(mask: np.ndarray) -> tuple[str, str, str]:
+        d = int(dur[mask].sum())
+        return f"{int(mask.sum()):,}", f"{d / 1e3:,.1f}", f"{100 * d / total:.1f}%"
+
+    for title, codes, name in (("stage", a.stage, stage_name), ("type", a.cls.type, lambda c: TYPES[c])):
+        tab = Table(title=f"time by {title}", title_justify="left")
+        for col in (title, "kernels", "time (µs)", "share"):
+            tab.add_column(col, justify="left" if col == title else "right")
+        values = np.unique(codes[keep]).tolist()
+        for c in sorted(values, key=lambda c: -int(dur[(codes == c) & keep].sum())):
+            tab.add_row(name(c), *share((codes == c) & keep))
+        con.print(tab)
+
+    passes = Table(title="layers per pass", title_justify="left")
+    for col in ("pass", "stage", "kind", "kernels", "layers") + (("expected",) if args.num_layers else ()):
+        passes.add_column(col, justify="right" if col in ("kernels", "layers", "expected") else "left")
+    replayed = a.trace.replayed()
+    for q, n in enumerate(lay.layers_per_pass):
+        sel = lay.pass_of == q
+        kind = ("graph replay" if replayed[sel].all() else "eager") + (" (partial)" if lay.partial[q] else "")
+        cells = [str(q), a.pass_label(q, "-"), kind, f"{int(sel.sum()):,}", str(n)]
+        if args.num_layers:
+            cells.append("ok" if n == args.num_layers else f"[red]{args.num_layers}[/]" if n else "-")
+        passes.add_row(*cells)
+    con.print(passes)
+
+    rows = np.nonzero(a.rows)[0]
+    if args.show_layer_terminal:
+        tab = Table(title="layers", title_justify="left")
+        for col in ("pass", "layer", "type", "stage", "kernels", "time (µs)", "first kernel", "last kernel"):
+            tab.add_column(col, justify="right" if col in ("kernels", "time (µs)", "pass", "layer") else "left")
+        for r in rows.tolist():
+            tab.add_row(str(int(t.pass_index[r])), str(int(t.index[r])), t.type[r], stage_name(int(t.stage[r])),
+                        str(int(t.kernel_count[r])), f"{t.duration[r] / 1e3:,.1f}", _short(a, int(t.first[r])), _short(a, int(t.last[r])))
+    else:
+        tab = Table(title="layers by kind", title_justify="left")
+        for col in ("stage", "type", "layers", "kernels/layer", "µs/layer", "share"):
+            tab.add_column(col, justify="left" if col in ("stage", "type") else "right")
+        kinds = sorted({(int(t.stage[r]), t.type[r]) for r in rows.tolist()})
+        for s, ty in kinds:
+            sel = [r for r in rows.tolist() if int(t.stage[r]) == s and t.type[r] == ty]
+            d = float(t.duration[sel].sum())
+            tab.add_row(stage_name(s), ty, str(len(sel)), f"{float(t.kernel_count[sel].mean()):.1f}",
+                        f"{d / len(sel) / 1e3:,.1f}", f"{100 * d / total:.1f}%")
+    con.print(tab)
+
+    orphans = keep & (lay.layer < 0)
+    con.print(f"outside layers: {int(orphans.sum()):,} kernels ({100 * dur[orphans].sum() / total:.1f}% of time); "
+              f"unknown stage: {a.pct(a.stage < 0):.2f}% of kernels; unclassified: {a.pct(a.cls.entry < 0):.2f}%")
+
+    if args.verbose:
+        _top(con, a, keep, dur, total, args.top_n, "top kernels")
+        if orphans.any():
+            _top(con, a, orphans, dur, total, args.top_n, "kernels outside layers")
+    if args.debug_layers:
+        _debug_layers(con, a, args.debug_layers)
+
+
+def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int, title: str) -> None:
+    from layerc.passes.kernel_tables import TYPES
+    from rich.table import Table
+
+    idx = np.nonzero(mask)[0]
+    short = a.cls.short[idx]
+    ids, inverse = np.unique(short, return_inverse=True)
+    time = np.bincount(inverse.reshape(-1), weights=dur[idx], minlength=len(ids))
+    count = np.bincount(inverse.reshape(-1), minlength=len(ids))
+    first = {int(s): int(i) for s, i in zip(short[::-1].tolist(), idx[::-1].tolist())}
+    tab = Table(title=title, title_justify="left")
+    for col in ("kernel", "type", "calls", "time (µs)", "share"):
+        tab.add_column(col, justify="left" if col in ("kernel", "type") else "right")
+    for j in np.argsort(-time)[:n].tolist():
+        i = first[int(ids[j])]
+        tab.add_row(a.trace.strings[int(ids[j])] or "?", TYPES[int(a.cls.type[i])], f"{int(count[j]):,}",
+                    f"{time[j] / 1e3:,.1f}", f"{100 * time[j] / total:.1f}%")
+    con.print(tab)
+
+
+def _debug_layers(con, a: Analysis, spec: tuple[int, ...]) -> None:
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_facts import stage_name
+    from rich.table import Table
+
+    wanted = list(spec)
+    k, t, lay = a.trace.kernels, a.table, a.layers
+    shown: set[tuple[int, int]] = set()
+    for r in np.nonzero(a.rows)[0].tolist():
+        key = (int(t.stage[r]), int(t.index[r]))
+        if int(t.index[r]) not in wanted or key in shown:
+            continue
+        shown.add(key)
+        idx = np.nonzero((lay.pass_of == t.pass_index[r]) & (lay.layer == t.index[r]))[0]
+        idx = idx[np.argsort(k.start[idx], kind="stable")]
+        tab = Table(title=f"layer {int(t.index[r])} of pass {int(t.pass_index[r])}: {t.type[r]}, {stage_name(int(t.stage[r]))}",
+                    title_justify="left")
+        for col in ("#", "kernel", "type", "vote", "stream", "µs"):
+            tab.add_column(col, justify="right" if col in ("#", "stream", "µs") else "left")
+        for n, i in enumerate(idx.tolist()):
+            tab.add_row(str(n), _short(a, i), TYPES[int(a.cls.type[i])], stage_name(int(a.cls.stage[i])),
+                        str(int(k.stream[i])), f"{(k.end[i] - k.start[i]) / 1e3:,.1f}")
+        con.print(tab)
+    missing = sorted(set(wanted) - {i for _, i in shown})
+    if missing:
+        sys.stderr.write(f"layerc: warning: no layer {', '.join(map(str, missing))} in the trace\n")

@@ -1,0 +1,1 @@
+"""`make bench`: speed figures measured side by side, outside the installed package."""
