@@ -18,6 +18,7 @@ EMITTER_SPECS: dict[tuple[str, str], str] = {
     ("graph", "ad"): "layerc.backends.autodeploy:print_module",
     ("graph", "fx"): "layerc.backends.registry:_fx",
     ("graph", "json"): "layerc.backends.json_ir:dumps",
+    ("graph", "meta"): "layerc.backends.graph_meta:print_meta",
     ("trace", "text"): "layerc.backends.trace_ir:print_trace",
     ("mem", "text"): "layerc.backends.mem_report:ir_text",
     ("optree", "text"): "layerc.backends.registry:_optree_text",
@@ -52,6 +53,19 @@ def _optree_text(module: Any) -> str:
     from layerc.backends.optrace import graph_lines
 
     lines = graph_lines(module.tree, lambda site: f"{site.path}#L{site.line}") if module.tree else []
+    v = getattr(module, "validation", None)
+    if v is not None:  # what cross-validate-kernels found
+        lines.append(f"cross-validation: {len(v.kernels)} kernels in {v.chains} call chains, {len(v.unmapped)} unmapped, "
+                     f"{len(v.ops_without_kernels)} ops without a kernel")
+        for category, names in sorted(v.categories.items()):
+            lines.append(f"  {category}: " + ", ".join(f"{k} <- {' '.join(v.kernels[k])}" for k in names))
+        for op in v.ops_without_kernels:
+            where = f" ({op.site.path}:{op.site.line})" if op.site else ""
+            lines.append(f"  no kernel: {op.label}{where}")
+    a = getattr(module, "dynamic", None)
+    if a is not None:  # what profile-ops found
+        lines.append(f"profile: {a.agreed} of {a.total} aten ops in the tree ({a.percent:.1f}%), "
+                     f"{len(a.runtime_missing)} modules ran outside it, {len(a.never_called)} tree ops never ran")
     return "\n".join(lines) + "\n"
 
 

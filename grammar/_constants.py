@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ast
 import warnings
+from typing import Callable
 
 from lark import Transformer
 
 from layerc.ir.constants import SYM_FUNCTIONS, Device, atom_value, complex_value, is_symbol
 from layerc.ir.diagnostics import Location, ParseError
-from layerc.ir.graph import Graph, Module
+from layerc.ir.graph import Graph, Module, Value
 from layerc.ir.types import SymDim
 
 
@@ -104,6 +105,8 @@ def call_value(fn: str, pos: list, kws: dict, loc: Location):
 class ConstantCallbacks(Transformer):
     """Base of the readers' inline transformers: the module being built, and the callbacks
     for the ``const`` rules; a reader provides ``_resolve(name, loc)``."""
+
+    _resolve: Callable[[str, Location], Value]  #: the node or weight a word names (the reader's method)
 
     def __init__(self):
         super().__init__(visit_tokens=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import re
 from functools import lru_cache
+from typing import cast
 from importlib import resources
 
 import lark
@@ -41,7 +42,9 @@ def terminal_regex(name: str, terminal: str) -> re.Pattern:
 @lru_cache(maxsize=None)
 def _terminals(name: str) -> lark.Lark:
     # Lexer-only mode keeps every terminal, the sub-terminals too.
-    start = re.search(r"^(\w+):", grammar_text(name), re.M).group(1)
+    first_rule = re.search(r"^(\w+):", grammar_text(name), re.M)
+    assert first_rule is not None  # every grammar has a rule
+    start = first_rule.group(1)
     return lark.Lark(grammar_text(name), parser=None, lexer="basic", start=start)
 
 
@@ -168,7 +171,7 @@ def parse_piece(parser: lark.Lark, text: str, start: str, at: Location, describe
     """Parse ``text``, one argument a callback cut out of a line at ``at``, inside that line's
     parentheses; every failure is a ParseError at its place in the file (the caller's parse adds
     the file and the line)."""
-    watch = parser.options.postlex
+    watch = cast(TokenWatch, parser.options.postlex)  # build_parser gave it one
     watch.at = at
     try:
         return parser.parse(text, start=start)
@@ -206,7 +209,8 @@ def _located(e: UnexpectedInput, text: str, path: str | None, describe: dict[str
         msg = "unexpected end of input" + _expected(e.expected, describe)
     elif isinstance(e, UnexpectedCharacters):
         line, col = e.line, e.column
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        pos = cast(int, e.pos_in_stream)  # UnexpectedCharacters always has one
+        ch = text[pos] if pos < len(text) else ""
         shown = "a newline" if ch == "\n" else f"'{ch}'"
         msg = f"unexpected {shown}" + _expected(e.allowed, describe)
     elif isinstance(e, UnexpectedToken):

@@ -81,6 +81,7 @@ class _Builder(ConstantCallbacks):
         self.graph = Graph(name)
         self.graph.loc = loc
         self._typed = set()
+        assert self.module is not None  # the header started it
         self.module.graphs.append(self.graph)
 
     # -- lines -----------------------------------------------------------------------------
@@ -177,10 +178,12 @@ class _Builder(ConstantCallbacks):
         self._define(Node(OUTPUT, name, args=(output_result(_top(items)),), loc=loc_of(kw)))
 
     def _define(self, node: Node) -> None:
+        assert self.graph is not None  # a graph is open while lines are read
         prior = self.graph.value(node.name)
         if prior is None:
             self.graph.append(node)
             return
+        assert prior.loc is not None  # the reader places every value it makes
         if isinstance(prior, Weight):
             raise ParseError(
                 f"'%{clip(node.name)}' is defined here but used earlier, at line {prior.loc.line}",
@@ -201,6 +204,7 @@ class _Builder(ConstantCallbacks):
         except ParseError as e:  # a size past 64 bits
             e.loc = Location(line, column + len(name) + 4)
             raise
+        assert self.graph is not None  # a graph is open while lines are read
         value = self.graph.value(name)
         if value is None:
             self._typed.add(name)
@@ -230,6 +234,7 @@ class _Builder(ConstantCallbacks):
         return self._resolve(ref.value[1:], loc_of(ref))
 
     def _resolve(self, name: str, loc: Location) -> Value:
+        assert self.graph is not None  # a graph is open while lines are read
         value = self.graph.value(name)
         return value if value is not None else self.graph.weight(name, UNKNOWN, loc)
 

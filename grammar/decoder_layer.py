@@ -37,6 +37,7 @@ their parameter path in ``target``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from layerc.grammar.hf_config import MAX_SIZE, ModelSpec
 from layerc.ir.builder import GraphBuilder, module
@@ -131,10 +132,11 @@ class _Builder:
         """No tensor of the layer past 2**63 bytes (64-bit byte offsets: no device addresses more),
         so that every count the cost pass makes from the shapes stays exact and bounded; the error
         points at the config key that gives the largest dim (the step's sizes, when no key does)."""
-        size = t.numel * (element_bytes(t.dtype) or 1)
+        numel, shape = cast(int, t.numel), cast("tuple[int, ...]", t.shape)  # t() gives concrete dims
+        size = numel * (element_bytes(t.dtype) or 1)
         if size <= MAX_TENSOR_BYTES:
             return
-        big = max(t.shape, default=0)
+        big = max(shape, default=0)
         key = next((k for k, v in (self.s.config or {}).items() if v == big and isinstance(v, int) and not isinstance(v, bool)), None)
         message = (f"the layer would have a {t.shape_text()} {t.dtype.removeprefix('torch.')} tensor (at seq-len "
                    f"{self.shape.seq_len}, batch {self.shape.batch}): more than the 2**63 bytes a device addresses")
@@ -158,23 +160,27 @@ class _Builder:
         return node
 
     def dims(self, v: Value) -> tuple[int, ...]:
-        return v.type.shape  # type: ignore[union-attr]
+        """The dims of a value of the layer: each is a tensor that ``t()`` typed."""
+        return cast("tuple[int, ...]", cast(TensorType, v.type).shape)
+
+    def dtype(self, v: Value) -> str:
+        return cast(TensorType, v.type).dtype
 
     def view(self, x: Value, *dims: int) -> Node:
-        return self.op(None, VIEW, (x, list(dims)), self.t(*dims, dtype=x.type.dtype))
+        return self.op(None, VIEW, (x, list(dims)), self.t(*dims, dtype=self.dtype(x)))
 
     def reshape(self, x: Value, *dims: int) -> Node:
-        return self.op(None, RESHAPE, (x, list(dims)), self.t(*dims, dtype=x.type.dtype))
+        return self.op(None, RESHAPE, (x, list(dims)), self.t(*dims, dtype=self.dtype(x)))
 
     def transpose(self, x: Value, a: int, b: int) -> Node:
         d = list(self.dims(x))
         d[a], d[b] = d[b], d[a]
-        return self.op(None, TRANSPOSE, (x, a, b), self.t(*d, dtype=x.type.dtype))
+        return self.op(None, TRANSPOSE, (x, a, b), self.t(*d, dtype=self.dtype(x)))
 
     def slice(self, x: Value, start: int, end: int) -> Node:
         d = list(self.dims(x))
         d[-1] = end - start
-        return self.op(None, SLICE, (x, -1, start, end), self.t(*d, dtype=x.type.dtype))
+        return self.op(None, SLICE, (x, -1, start, end), self.t(*d, dtype=self.dtype(x)))
 
     def linear(self, label: str, x: Value, fqn: str, out: int, bias: bool = False, dtype: str | None = None) -> Node:
         d = self.dims(x)
@@ -252,6 +258,7 @@ class _Builder:
 
     def mla(self, x: Node) -> Node:
         s, m, B, S = self.s, self.s.mla, self.B, self.S
+        assert m is not None  # called only for an MLA spec
         H, P, R, C, V = s.heads, m.qk_nope_head_dim, m.qk_rope_head_dim, m.kv_lora_rank, m.v_head_dim
         if m.q_lora_rank:
             q = self.linear("q_a_proj", x, "self_attn.q_a_proj", m.q_lora_rank, s.attention_bias)
@@ -287,7 +294,7 @@ class _Builder:
     def slice_dim1(self, x: Value, start: int, end: int) -> Node:
         d = list(self.dims(x))
         d[1] = end - start
-        return self.op(None, SLICE, (x, 1, start, end), self.t(*d, dtype=x.type.dtype))
+        return self.op(None, SLICE, (x, 1, start, end), self.t(*d, dtype=self.dtype(x)))
 
     def mlp(self, x: Node, fqn: str, inter: int, prefix: str) -> Node:
         gate = self.linear(f"{prefix}gate_proj", x, f"{fqn}.gate_proj", inter, self.s.mlp_bias)
@@ -301,6 +308,7 @@ class _Builder:
 
     def moe(self, x: Node) -> Node:
         s, e, B, S = self.s, self.s.moe, self.B, self.S
+        assert e is not None  # called only for a MoE layer
         T, H, E, I = B * S, s.hidden, e.experts, e.expert_intermediate
         flat = self.view(x, T, H)
         logits_dtype = "torch.float32" if e.router == "sigmoid_group" else None
@@ -309,11 +317,12 @@ class _Builder:
             bias = self.w("mlp.gate.e_score_correction_bias", E, dtype="torch.float32")
         else:
             bias = None
+        routed_type = TupleType((self.t(T, e.top_k, dtype="torch.float32"), self.t(T, e.top_k, dtype="torch.int64")))
         routed = self.op("router_topk", ROUTER,
                          (logits, bias, e.router, e.top_k, e.n_group, e.topk_group, e.norm_topk_prob, e.routed_scaling_factor),
-                         TupleType((self.t(T, e.top_k, dtype="torch.float32"), self.t(T, e.top_k, dtype="torch.int64"))), "mlp.gate")
-        weights = self.op(None, GETITEM, (routed, 0), routed.type.elements[0])
-        ids = self.op(None, GETITEM, (routed, 1), routed.type.elements[1])
+                         routed_type, "mlp.gate")
+        weights = self.op(None, GETITEM, (routed, 0), routed_type.elements[0])
+        ids = self.op(None, GETITEM, (routed, 1), routed_type.elements[1])
         experts = self.op("experts", EXPERTS, (flat, ids, weights, self.w("mlp.experts.gate_up_proj", E, 2 * I, H),
                                                self.w("mlp.experts.down_proj", E, H, I)), self.t(T, H), "mlp.experts")
         out = self.view(experts, B, S, H)

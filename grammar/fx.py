@@ -152,6 +152,7 @@ class _FxBuilder(ConstantCallbacks):
             node.meta["fx_target"] = fx_target
         if fx_type:
             node.meta["fx_type"] = fx_type
+        assert self.graph is not None  # a graph is open while lines are read
         self.graph.append(node)
 
     def return_line(self, c):
@@ -199,6 +200,7 @@ class _FxBuilder(ConstantCallbacks):
     call_const = ConstantCallbacks.call
 
     def _resolve(self, name: str, loc: Location) -> Value:
+        assert self.graph is not None  # a graph is open while lines are read
         value = self.graph.value(name)
         if value is None:
             raise ParseError(f"use of undefined value '%{clip(name)}'", loc=loc)

@@ -123,7 +123,8 @@ def load_preset(name: str) -> ModelSpec:
 def load_config(path: str | Path) -> ModelSpec:
     """A ``config.json`` file; a ``text_config`` (multimodal wrappers) is used when present."""
     f = read_json_config(path)
-    doc = f.doc.get("text_config") if isinstance(f.doc.get("text_config"), dict) else f.doc
+    text_config = f.doc.get("text_config")
+    doc = text_config if isinstance(text_config, dict) else f.doc
     return spec_from_config(_Doc(f, doc, is_file=True), str(path))
 
 
@@ -178,7 +179,7 @@ class _Doc:
             raise self.error(f"'{key}' must be true or false, not {value!r}", key)
         return value
 
-    def choice(self, key: str, choices, default: str) -> str:
+    def choice(self, key: str, choices, default: str | None) -> str:
         value = self.doc.get(key, default)
         if not isinstance(value, str) or value not in choices:
             raise self.error(f"'{key}' must be one of {', '.join(choices)}, not {shown(value)}", key)

@@ -15,7 +15,7 @@ import os
 import stat
 import urllib.parse
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Generator, Iterator
 
 from layerc.ir.diagnostics import LayercError, Location, ParseError
 
@@ -122,7 +122,7 @@ def limit_for(compressed_size: int) -> int:
     return max(MIN_LIMIT, MAX_RATIO * compressed_size)
 
 
-def byte_stream(path: str | os.PathLike, size: int = 1 << 16) -> Iterator[bytes]:
+def byte_stream(path: str | os.PathLike, size: int = 1 << 16) -> Generator[bytes, None, None]:
     """The file's bytes, inflated on the fly when it is compressed, in pieces of at most about
     ``size`` bytes; past the decompression limit a LayercError. Broken compressed data is a
     ParseError that names the format."""
@@ -231,7 +231,7 @@ def _inflate_gzip(f: IO[bytes], size: int, source: str) -> Iterator[bytes]:
                         return
                     z = zlib.decompressobj(wbits=31)
         yield z.flush()
-    except zlib.error as e:
+    except zlib.error as e:  # type: ignore[misc]  # isal's stub types ``error`` as an instance, not a class
         raise ParseError(f"corrupt gzip data: {e}", source) from None
     if not z.eof:
         raise ParseError("truncated gzip file (it ends before the compressed stream does)", source)
@@ -250,7 +250,7 @@ def sqlite_connect(path: str | os.PathLike):
         raise LayercError(f"cannot open {p} as an SQLite database: {e}", str(p)) from None
 
 
-def human_size(n: int) -> str:
+def human_size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

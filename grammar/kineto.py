@@ -25,7 +25,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union
 
 import msgspec
 import numpy as np
@@ -148,18 +148,24 @@ MAX_EVENT = 64 << 20
 MAX_NESTING = 200
 
 
+if TYPE_CHECKING:
+    _MaybeRaw = Union[msgspec.Raw, None]  # None: the key is absent (the default)
+else:
+    _MaybeRaw = msgspec.Raw  # what msgspec sees: a JSON null stays raw text (b"null"), not None
+
+
 class _Document(msgspec.Struct, gc=False):
     """The last piece of a trace, decoded with the document's head as one JSON object: its
     events and the keys around ``traceEvents`` that layerc keeps (as raw text, decoded after:
     a value JSON allows but Python cannot hold, such as 1e999, is left out, not an error)."""
 
     traceEvents: list[_Event]
-    schemaVersion: msgspec.Raw = None
-    traceName: msgspec.Raw = None
-    displayTimeUnit: msgspec.Raw = None
-    baseTimeNanoseconds: msgspec.Raw = None
-    distributedInfo: msgspec.Raw = None
-    deviceProperties: msgspec.Raw = None
+    schemaVersion: _MaybeRaw = None
+    traceName: _MaybeRaw = None
+    displayTimeUnit: _MaybeRaw = None
+    baseTimeNanoseconds: _MaybeRaw = None
+    distributedInfo: _MaybeRaw = None
+    deviceProperties: _MaybeRaw = None
 
 
 def _document_keys(doc: _Document) -> dict:
@@ -179,6 +185,13 @@ _BYTE_OFFSET = re.compile(r" \(byte (\d+)\)")  # where msgspec says a decode fai
 _EVENT_INDEX = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]((?:\.[^`.\[]+|\[\d+\])*)`")
 _WS = re.compile(rb"[ \t\r\n]*")
 _BRACKETS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _ws_end(text: bytes | bytearray, at: int = 0) -> int:
+    """The first index at or after ``at`` that is not JSON whitespace."""
+    m = _WS.match(text, at)
+    assert m is not None  # the pattern matches the empty string
+    return m.end()
 
 
 def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
@@ -201,6 +214,8 @@ class _Utf8:
     None if there is none). JSON is UTF-8, and msgspec checks only the strings it keeps: the text
     is made to end before a bad byte, so errors before it are found first and the bad byte is
     the error where the text ends. (An ASCII block, the common case, is checked in nanoseconds.)"""
+
+    bad: int | None
 
     def __init__(self, stream: Iterator[bytes]):
         self.stream, self.bad, self.byte = stream, None, 0
@@ -233,6 +248,7 @@ class _Utf8:
             self.bad, self.byte = seen, tail[0]
 
     def error(self, path: Path) -> ParseError:
+        assert self.bad is not None  # asked only once a bad byte is found
         return _located_error(f"invalid UTF-8 byte 0x{self.byte:02x}", path, self.bad)
 
 
@@ -248,6 +264,8 @@ class _Malformed(Exception):
 
 class _TooDeep(_Malformed):
     """JSON nested deeper than msgspec decodes."""
+
+    offset: int  #: always known: where the deep bracket is
 
 
 class _BadEvent(Exception):
@@ -304,7 +322,7 @@ def _too_deep_here(text: bytes, at: int, outer: int) -> int:
     (not an event's less deep nesting elsewhere); else in what follows the events."""
     with memoryview(text) as view:
         while True:
-            at = _WS.match(text, at).end()
+            at = _ws_end(text, at)
             if text[at : at + 1] in (b"]", b""):
                 break
             try:
@@ -343,6 +361,7 @@ def _value_end(view: memoryview, p: int, outer: int) -> int | None:
                 _decode(_raw, text, outer)  # a whole value, then only whitespace: its end is not here yet
             except _Malformed as e:
                 if e.trailing:
+                    assert e.offset is not None  # trailing text has its place
                     return p + e.offset
                 if e.offset is not None:
                     raise type(e)(e.message, p + e.offset) from None
@@ -427,7 +446,7 @@ class _Pieces:
         buf, p, last, error = self.buf, self.pos, None, None
         with memoryview(buf) as view:
             while True:
-                p = _WS.match(buf, p).end()
+                p = _ws_end(buf, p)
                 if p == len(buf):
                     break
                 if buf[p] == 0x5D:  # ']': the array ends (a comma before it is the last decode's to report)
@@ -449,6 +468,7 @@ class _Pieces:
                         error = _Malformed("invalid JSON: JSON is malformed: expected ',' or ']'", q)
                 if error is not None:
                     break
+                assert q is not None  # no error: the value ended at q
                 p = q + 1
                 if q - self.pos >= piece:
                     break
@@ -460,6 +480,7 @@ class _Pieces:
         """The walk found ``error`` (offset in ``buf``): a wrong type in an event before it is
         the first error; and the error is said in the words of the decoder that reads the whole
         document (the raw decoder words some errors otherwise), decoding up to its byte."""
+        assert error.offset is not None  # the walk's errors have their place
         if isinstance(error, _TooDeep):  # the events before it, and the deep one up to its bracket
             end = error.offset
         else:  # the events up to the error, and a little past it (where the decoder looks ahead)
@@ -480,7 +501,7 @@ class _Pieces:
         if held <= MAX_EVENT:
             self.wait = min(2 * held, MAX_EVENT + 1)
             return
-        start = _WS.match(self.buf, self.pos).end()
+        start = _ws_end(self.buf, self.pos)
         if start == len(self.buf):
             raise self._error(f"more than {human_size(MAX_EVENT)} of whitespace where an event should begin (between events, or before the first)", self.pos)
         raise self._error(f"the event that begins here is not followed by ',' or ']' within {human_size(MAX_EVENT)} "
@@ -541,7 +562,7 @@ def _field_offset(text: bytes, at: int, index: int, keys: list[str], outer: int)
                 at = q + 1  # past the comma
         except _Malformed:
             return at
-        at = _WS.match(text, at).end()
+        at = _ws_end(text, at)
         try:
             end = _value_end(view, at, outer)
         except _Malformed:  # broken after the wrong field
@@ -585,7 +606,7 @@ def _array_start(stream: _Utf8, path: Path) -> tuple[bytes, bytes, bool]:
 
 
 def _find_start(buf: bytearray, path: Path) -> tuple[bytes, bytes, bool] | None:
-    start = _WS.match(buf).end()
+    start = _ws_end(buf)
     if start == len(buf):
         return None
     if buf[start] == 0x5B:  # '['
@@ -804,10 +825,10 @@ class _Rows:
         k = tables["kernels"]
         if len(k):  # short names, once per distinct kernel name
             names = distinct(k.name)
-            table = np.full(names.max() + 1, -1, dtype=np.int32)
+            short_of = np.full(names.max() + 1, -1, dtype=np.int32)
             for i in names:
-                table[i] = self.strings.intern(short_name(self.strings.values[i]))
-            k.short = table[k.name]
+                short_of[i] = self.strings.intern(short_name(self.strings.values[i]))
+            k.short = short_of[k.name]
         return Trace(source=source, format="kineto", strings=self.strings, **tables)
 
 

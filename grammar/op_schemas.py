@@ -283,9 +283,10 @@ def split_keywords(text: str, schema: Schema) -> list[tuple[str, int, int]] | No
                     break
                 sep = text.find(", ", sep + 1)
         else:
-            end = end_of_constant(text, start)
-            if end is None:
+            const_end = end_of_constant(text, start)
+            if const_end is None:
                 return None
+            end = const_end
         out.append((name, start, end))
         pos = end + 2 if end < n else n
     return out
@@ -298,6 +299,7 @@ def schema_arguments(text: str, schema: Schema | None, given=frozenset()) -> lis
     spans = None if schema is None else split_positional(text, schema.positional, given)
     if spans is None:
         return [(0, len(text), None)] if text else []
+    assert schema is not None  # spans come from a schema
     runs: list[tuple[int, int, Param | None]] = []
     for (start, end), p in zip(spans, schema.positional):
         if p.is_str:

@@ -64,6 +64,7 @@ class SourceModule:
                 self.error = e
         if self.error is not None:
             raise self.error.with_traceback(None)
+        assert self._tree is not None  # parsed above, or the error raised
         return self._tree
 
     @property
@@ -242,7 +243,8 @@ class SourceSet:
     def _load(self, name: str, rel: str, is_pkg: bool) -> SourceModule | None:
         """The module in file ``rel``; None when there is no such file; one that keeps its read
         error when the file is there but cannot be read as Python text."""
-        real, data = None, None
+        real: Path | None = None
+        data: bytes | bytearray | None = None
         try:
             if self._zip is not None:
                 data = self._read_member(rel)
@@ -286,6 +288,7 @@ class SourceSet:
         that does not inflate, or fails its CRC, is an error naming the archive and the member."""
         if rel not in self._members:
             return None
+        assert self._zip is not None  # only an archive has _members
         info = self._zip.getinfo(rel)
         self._check_budget(rel, self._inflated + info.file_size, declared=True)
         data = bytearray()

@@ -62,16 +62,17 @@ def read_simulated_trace(path: str | Path) -> SimulatedTrace:
             name = str(ev.get("name"))
             raise LayercError(f"event {i} ('{name if len(name) <= 40 else name[:37] + '...'}') needs a 'ts' and a "
                               f"non-negative 'dur', numbers within +-{MAX_US:.3g} µs", str(p))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        ev_args = ev.get("args")
+        args = ev_args if isinstance(ev_args, dict) else {}
         rows.append((str(ev.get("name", "")), str(args.get("op_type", "")), ts, dur, ev.get("tid", 0)))
     if not rows:
         raise ParseError("the trace has no complete ('ph': 'X') events", str(p))
-    names, types, ts, dur, tid = zip(*rows)
-    if max(ts) - min(ts) + max(dur) > MAX_US:
+    names, types, ts_all, dur_all, tid = zip(*rows)
+    if max(ts_all) - min(ts_all) + max(dur_all) > MAX_US:
         raise LayercError(f"the trace spans more than {MAX_US:.3g} µs", str(p))
-    start = np.asarray(ts, np.float64)
+    start = np.asarray(ts_all, np.float64)
     _, engine = np.unique(np.asarray([str(t) for t in tid]), return_inverse=True)
-    return SimulatedTrace(str(p), list(names), list(types), start - start.min(), np.asarray(dur, np.float64),
+    return SimulatedTrace(str(p), list(names), list(types), start - start.min(), np.asarray(dur_all, np.float64),
                           engine.reshape(-1).astype(np.int32))
 
 

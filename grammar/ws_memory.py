@@ -203,6 +203,7 @@ def raw_of(tok: Token) -> str:
 
 def position(tok: Token, offset: int = 0) -> Location:
     """Where character ``offset`` of ``raw_of(tok)`` stands in the parsed text."""
+    assert tok.line is not None and tok.column is not None  # the lexer places every token
     at = (1 if tok.type in ("QUOTED", "HTML") else 0) + offset
     newlines = _newlines(tok.value) if "\n" in tok.value else ()
     before = bisect_left(newlines, at)  # the newlines before character ``at``
@@ -432,9 +433,10 @@ class _KernelRows:
 
     def build(self) -> Kernel:
         return Kernel(
-            self.index, self.name or f"kernel {self.index}", self.graphs, Buffers(**self.buffers), Summary(**self.summary),
-            ChannelNodes(**self.nodes), ChannelEdges(**self.edges), KeyOps(**self.ops), Partitions(**self.partitions),
-            OpPartitions(**self.members), np.asarray(self.operands, np.int32),
+            self.index, self.name or f"kernel {self.index}", self.graphs, Buffers.from_columns(self.buffers),
+            Summary.from_columns(self.summary), ChannelNodes.from_columns(self.nodes), ChannelEdges.from_columns(self.edges),
+            KeyOps.from_columns(self.ops), Partitions.from_columns(self.partitions), OpPartitions.from_columns(self.members),
+            np.asarray(self.operands, np.int32),
         )
 
     # helpers ---------------------------------------------------------------------------------------
@@ -497,6 +499,7 @@ class _KernelRows:
         if tree.id is None or text_of(tree.id) != want:
             tok = tree.id or tree.keyword
             raise self.error(self.at(tok), f"expected 'digraph {want}' for a {g.kind} graph")
+        assert tree.keyword.line is not None and tree.keyword.column is not None  # the lexer places it
         graph = Graph(g.kind, g.file, g.line + tree.keyword.line - 1, tree.keyword.column,
                       g.line + g.body.rstrip().count("\n"), _clean(g.body, tree.keyword))
         self.graphs[g.kind] = graph
@@ -529,6 +532,7 @@ class _KernelRows:
                     self._summary(st, kind)
                     summaries += 1
                 elif m:
+                    assert st.id is not None  # an unnamed subgraph matches no cluster name
                     self._buffer(st, kind, self.num(st.id, m, 1, "a cluster number"), prefix)
                 else:
                     raise self.error(self.at(st.id or st.keyword), f"unexpected subgraph '{_shown(name)}' (expected cluster_axis, "
@@ -655,6 +659,7 @@ class _KernelRows:
                 if m is None:
                     raise self.error(self.at(st.id or st.keyword),
                                      f"unexpected subgraph '{_shown(name)}' (expected cluster_partition_<id>)")
+                assert st.id is not None  # an unnamed subgraph matches no partition name
                 self._partition(st, self._int(st.id, m.group(1), m.start(1), "a partition id", signed=True))
             elif isinstance(st, DotEdge):
                 self._edge(st)
@@ -749,6 +754,7 @@ def _unclosed_quote(body: str, upto: int) -> Location | None:
 def _clean(body: str, keyword: Token) -> str:
     """The DOT text alone, from ``digraph`` to the closing brace (what ``sed -n '/^digraph/,/^}$/p'``
     keeps)."""
+    assert keyword.line is not None and keyword.column is not None  # the lexer places every token
     lines = body.rstrip().split("\n")[keyword.line - 1 :]
     lines[0] = lines[0][keyword.column - 1 :]
     return "\n".join(lines) + "\n"

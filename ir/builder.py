@@ -72,6 +72,7 @@ class Namespace:
         if match is None:
             candidate = _identifier(candidate)
             match = _NAME.match(candidate)
+            assert match is not None  # _identifier always gives a name _NAME matches
         base, num = match.group(1, 2)
         if num is None or candidate in self.used:
             num = self._base_count.get(base, 0)
@@ -117,7 +118,7 @@ class GraphBuilder:
             w = self.graph.weight(name, type)
         return w
 
-    def op(self, target: str, args: tuple = (), type: Type = UNKNOWN, name: str | None = None) -> Node:
+    def op(self, target: str, args: tuple[Any, ...] = (), type: Type = UNKNOWN, name: str | None = None) -> Node:
         node_name = self.names.create_name(name or target_base(target))
         return self._add(Node(OP, node_name, target, tuple(args), type=type))
 
@@ -127,7 +128,7 @@ class GraphBuilder:
             raise TypeError(f"'{node.name}' is not multi-output")
         return [self.op(GETITEM, (node, i), t) for i, t in enumerate(node.type.elements)]
 
-    def output(self, *items) -> Node:
+    def output(self, *items: Any) -> Node:
         return self._add(Node(OUTPUT, self.names.create_name("output"), args=tuple(items)))
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import EllipsisType
+from typing import Any, Union
 
 from layerc.ir.types import TORCH_DTYPES, SymDim
 
@@ -50,7 +52,10 @@ class Device:
 
 _INT = re.compile(r"-?(?:0|[1-9]\d*)\Z")
 _DEVICE = re.compile(r"(cpu|cuda|meta|hip|xpu|mps|mtia|privateuseone)(?::(0|[1-9]\d*))?\Z")
-_KEYWORDS = {"None": None, "True": True, "False": False, "Ellipsis": Ellipsis}
+#: What a bare atom can stand for (see ``atom_value``).
+Atom = Union[None, bool, EllipsisType, int, float, complex, SymDim, TorchAttr, Device, str]
+
+_KEYWORDS: dict[str, Atom] = {"None": None, "True": True, "False": False, "Ellipsis": Ellipsis}
 #: A sympy size as torch prints a SymInt: ints and symbols (s0 for sizes, u0 for unbacked values)
 #: joined by operators. Other words with digits (bf16, fp8, int4) stay strings.
 _SYM_TERM = r"(?:\d+|[su]\d+)"
@@ -64,7 +69,7 @@ def is_symbol(word: str) -> bool:
     return len(word) > 1 and word[0] in "su" and word[1:].isdigit() and word.isascii()
 
 
-def atom_value(text: str):
+def atom_value(text: str) -> Atom:
     """The constant a bare atom stands for; a bare string when it is nothing more specific.
 
     Only texts that print back exactly as they read are given a kind, so printing is lossless.
@@ -106,7 +111,7 @@ def complex_value(text: str) -> complex | None:
     return value if repr(value) == text else None
 
 
-def same_constant(a, b) -> bool:
+def same_constant(a: Any, b: Any) -> bool:
     """Equality that keeps kinds apart (``1``, ``1.0`` and ``True`` differ); IR values by identity."""
     if type(a) is not type(b):
         return False
@@ -118,4 +123,5 @@ def same_constant(a, b) -> bool:
         return all(same_constant(x, y) for x, y in ((a.start, b.start), (a.stop, b.stop), (a.step, b.step)))
     if isinstance(a, (float, complex)) and a != a:
         return repr(a) == repr(b)
-    return a == b
+    equal: bool = a == b
+    return equal

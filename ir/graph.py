@@ -74,8 +74,8 @@ class Node(Value):
         kind: str,
         name: str,
         target: str | None = None,
-        args: tuple = (),
-        kwargs: dict | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
         type: Type = UNKNOWN,
         loc: Location | None = None,
         opcode: str | None = None,
@@ -90,8 +90,8 @@ class Node(Value):
         self.target = target
         self.opcode = opcode
         self.graph: Graph | None = None
-        self._args: tuple = ()
-        self._kwargs: dict = {}
+        self._args: tuple[Any, ...] = ()
+        self._kwargs: dict[str, Any] = {}
         self._inputs: tuple[Value, ...] = ()
         self._relink(args, kwargs or {})
 
@@ -100,22 +100,22 @@ class Node(Value):
 
     # -- arguments and use-def links -------------------------------------------------------
     @property
-    def args(self) -> tuple:
+    def args(self) -> tuple[Any, ...]:
         return self._args
 
     @args.setter
-    def args(self, args: tuple) -> None:
+    def args(self, args: tuple[Any, ...]) -> None:
         self._relink(tuple(args), self._kwargs)
 
     @property
-    def kwargs(self) -> dict:
+    def kwargs(self) -> dict[str, Any]:
         return self._kwargs
 
     @kwargs.setter
-    def kwargs(self, kwargs: dict) -> None:
+    def kwargs(self, kwargs: dict[str, Any]) -> None:
         self._relink(self._args, dict(kwargs))
 
-    def _relink(self, args: tuple, kwargs: dict) -> None:
+    def _relink(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         for v in self._inputs:
             v.users.pop(self, None)
         self._args, self._kwargs = args, kwargs
@@ -150,7 +150,7 @@ class Node(Value):
         return isinstance(self.type, TupleType)
 
 
-def _collect_values(arg, seen: dict) -> None:
+def _collect_values(arg: Any, seen: dict[Value, None]) -> None:
     if isinstance(arg, Value):
         seen[arg] = None
     elif isinstance(arg, (list, tuple)):
@@ -164,7 +164,7 @@ def _collect_values(arg, seen: dict) -> None:
             _collect_values(a, seen)
 
 
-def _map_values(arg, fn: Callable[[Value], Value]):
+def _map_values(arg: Any, fn: Callable[[Value], Value]) -> Any:
     if isinstance(arg, Value):
         return fn(arg)
     if isinstance(arg, list):
@@ -344,7 +344,7 @@ def is_structurally_equivalent(a: Module, b: Module) -> bool:
     return structural_key(a) == structural_key(b)
 
 
-def structural_key(m: Module) -> tuple:
+def structural_key(m: Module) -> tuple[Any, ...]:
     """A hashable summary of everything a printer could show; used to compare modules."""
     return (
         m.transform,
@@ -354,7 +354,7 @@ def structural_key(m: Module) -> tuple:
     )
 
 
-def _graph_key(g: Graph) -> tuple:
+def _graph_key(g: Graph) -> tuple[Any, ...]:
     weights = tuple(sorted((w.name, w.type, w.target) for w in g.weights.values()))
     nodes = tuple(
         (n.kind, n.name, n.target, n.opcode, n.type, _arg_key(n.args), _arg_key(n.kwargs)) for n in g.nodes
@@ -362,7 +362,7 @@ def _graph_key(g: Graph) -> tuple:
     return (g.name, nodes, weights)
 
 
-def _arg_key(arg):
+def _arg_key(arg: Any) -> tuple[Any, ...]:
     if isinstance(arg, Value):
         return ("%", arg.name)
     if isinstance(arg, (list, tuple)):

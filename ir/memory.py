@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TypeVar, dataclass_transform
 
 import numpy as np
 
@@ -41,9 +42,13 @@ GRAPH_KINDS = (SMEM_GRAPH, COMBINED_GRAPH, TMEM_GRAPH)
 
 _I8, _I32, _I64 = "int8", "int32", "int64"
 
+_T = TypeVar("_T", bound=Table)
 
-def _table(cls):
-    """A ``Table`` dataclass whose fields are its ``COLUMNS``, so one place names them."""
+
+@dataclass_transform()
+def _table(cls: type[_T]) -> type[_T]:
+    """A ``Table`` dataclass whose fields are its ``COLUMNS`` (the class annotates the same names,
+    in the same order, for the type checker)."""
     cls.__annotations__ = {name: np.ndarray for name in cls.COLUMNS}
     return dataclass(cls)
 
@@ -60,6 +65,19 @@ class Buffers(Table):
         "kind": _I8, "index": _I32, "name": _I32, "buffer_id": _I32, "bytes": _I64, "rows": _I32, "cols": _I32,
         "start": _I64, "end": _I64, "operand_d": _I32, **_WHERE,
     }
+    kind: np.ndarray
+    index: np.ndarray
+    name: np.ndarray
+    buffer_id: np.ndarray
+    bytes: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    operand_d: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -71,6 +89,19 @@ class Summary(Table):
         "kind": _I8, "name": _I32, "buffer_id": _I32, "bytes": _I64, "rows": _I32, "cols": _I32, "channels": _I32,
         "start": _I64, "end": _I64, "operand_d": _I32, **_WHERE,
     }
+    kind: np.ndarray
+    name: np.ndarray
+    buffer_id: np.ndarray
+    bytes: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    channels: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    operand_d: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -79,6 +110,14 @@ class ChannelNodes(Table):
     cluster of ``buffer`` (a row of ``Buffers``)."""
 
     COLUMNS = {"id": _I32, "buffer": _I32, "operand_d": _I8, "src_op": _I64, "dst_op": _I64, **_WHERE}
+    id: np.ndarray
+    buffer: np.ndarray
+    operand_d: np.ndarray
+    src_op: np.ndarray
+    dst_op: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -91,6 +130,18 @@ class ChannelEdges(Table):
         "id": _I32, "src": _I64, "dst": _I64, "kind": _I8, "operand_d": _I8, "buffer_ref": _I32, "loc": _I32,
         "color": _I32, "style": _I32, **_WHERE,
     }
+    id: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    operand_d: np.ndarray
+    buffer_ref: np.ndarray
+    loc: np.ndarray
+    color: np.ndarray
+    style: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -105,6 +156,20 @@ class KeyOps(Table):
         "node": _I64, "op_id": _I64, "name": _I32, "op": _I32, "operand_start": _I32, "operand_count": _I32,
         "shape": _I32, "depth": _I32, "partition": _I32, "fill": _I32, "border": _I32, **_WHERE,
     }
+    node: np.ndarray
+    op_id: np.ndarray
+    name: np.ndarray
+    op: np.ndarray
+    operand_start: np.ndarray
+    operand_count: np.ndarray
+    shape: np.ndarray
+    depth: np.ndarray
+    partition: np.ndarray
+    fill: np.ndarray
+    border: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -112,6 +177,12 @@ class Partitions(Table):
     """A partition cluster (``cluster_partition_<id>``, an async task id) of the combined graph."""
 
     COLUMNS = {"id": _I32, "label": _I32, "fill": _I32, **_WHERE}
+    id: np.ndarray
+    label: np.ndarray
+    fill: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -120,6 +191,11 @@ class OpPartitions(Table):
     partition ``partition`` (an id)."""
 
     COLUMNS = {"op": _I32, "partition": _I32, **_WHERE}
+    op: np.ndarray
+    partition: np.ndarray
+    file: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
 
 
 @_table
@@ -130,6 +206,16 @@ class Channels(Table):
         "id": _I32, "kind": _I8, "buffer": _I32, "operand_d": _I8, "src_op": _I64, "dst_op": _I64,
         "src": _I64, "dst": _I64, "node_row": _I32, "edge_row": _I32,
     }
+    id: np.ndarray
+    kind: np.ndarray
+    buffer: np.ndarray
+    operand_d: np.ndarray
+    src_op: np.ndarray
+    dst_op: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    node_row: np.ndarray
+    edge_row: np.ndarray
 
 
 @dataclass
@@ -208,10 +294,13 @@ class Kernel:
         kind = np.where(has_edge, edges.kind[edge_row.clip(0)] if len(edges) else OTHER, OTHER).astype(np.int8)
         if len(self.buffers):
             kind = np.where(buffer >= 0, self.buffers.kind[buffer.clip(0)], kind).astype(np.int8)
-        pick = lambda col_n, col_e: (  # noqa: E731
-            np.where(has_node, col_n[node_row.clip(0)] if len(nodes) else 0, 0)
-            | np.where(has_edge, col_e[edge_row.clip(0)] if len(edges) else 0, 0)
-        )
+
+        def pick(col_n: np.ndarray, col_e: np.ndarray) -> np.ndarray:
+            return (
+                np.where(has_node, col_n[node_row.clip(0)] if len(nodes) else 0, 0)
+                | np.where(has_edge, col_e[edge_row.clip(0)] if len(edges) else 0, 0)
+            )
+
         operand_d = pick(nodes.operand_d, edges.operand_d).astype(np.int8)
         src = np.where(has_edge, edges.src[edge_row.clip(0)] if len(edges) else NONE, NONE)
         dst = np.where(has_edge, edges.dst[edge_row.clip(0)] if len(edges) else NONE, NONE)

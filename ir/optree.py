@@ -13,7 +13,7 @@ Trees are small (hundreds of nodes), so they are plain objects; the JSON form is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from layerc.ir.diagnostics import VerifyError
 
@@ -32,7 +32,7 @@ class Site:
     col: int = 1
     end_line: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "col": self.col, "end_line": self.end_line or self.line}
 
 
@@ -72,7 +72,7 @@ class KernelSite:
         """A PyTorch-native call (runs as aten ops), not a custom kernel library."""
         return self.family == "torch"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "target": self.target, "family": self.family, "category": self.category,
             "aten": list(self.aten),
@@ -112,15 +112,15 @@ class OpNode:
         for c in self.children:
             yield from c.walk(depth + 1)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = self.fields_dict()
         d["kernels"] = [k.to_dict() | {"direct": i < self.direct} for i, k in enumerate(self.kernels)]
         d["children"] = [c.to_dict() for c in self.children]
         return d
 
-    def fields_dict(self) -> dict:
+    def fields_dict(self) -> dict[str, Any]:
         """The node without its kernels and children."""
-        d: dict = {"label": self.label, "kind": self.kind}
+        d: dict[str, Any] = {"label": self.label, "kind": self.kind}
         if self.site is not None:
             d["site"] = self.site.to_dict()
         if self.annotation:
@@ -167,6 +167,6 @@ class OpTree:
                     raise VerifyError(f"the chain of kernel {k.name} ends at {k.chain[-1].site}, not at its op "
                                       f"{node.label!r} ({node.site.path}:{node.site.line})")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"entry": self.entry, "source": self.source, "scope": list(self.scope),
                 "warnings": list(self.warnings), "root": self.root.to_dict()}

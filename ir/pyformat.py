@@ -7,7 +7,7 @@ from layerc.ir.constants import Device
 from layerc.ir.graph import Value
 
 
-def python_str(value, nested: bool = False) -> str:
+def python_str(value: object, nested: bool = False) -> str:
     """``str(value)`` (``repr`` when ``nested``), with IR values printed as their names."""
     if isinstance(value, Value):
         return value.name

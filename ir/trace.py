@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator, Self, cast
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class Strings:
         table = np.array(self.values + [None], dtype=object)
         return table[np.where(ids < 0, len(self.values), ids)]
 
-    def matching(self, pattern: str | re.Pattern) -> np.ndarray:
+    def matching(self, pattern: str | re.Pattern[str]) -> np.ndarray:
         """Sorted ids of the strings the regex matches (search); test columns with ``np.isin``."""
         rx = re.compile(pattern) if isinstance(pattern, str) else pattern
         return np.array([i for i, s in enumerate(self.values) if rx.search(s)], dtype=np.int64)
@@ -63,7 +63,7 @@ class Table:
 
     COLUMNS: ClassVar[dict[str, str]] = {}
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         n = None
         for f in fields(self):
             col = getattr(self, f.name)
@@ -76,14 +76,14 @@ class Table:
                 raise ValueError(f"{type(self).__name__}.{f.name} has {len(col)} rows, not {n}")
 
     @classmethod
-    def empty(cls):
+    def empty(cls) -> Self:
         return cls(**{name: np.empty(0, dtype) for name, dtype in cls.COLUMNS.items()})
 
     @classmethod
-    def from_columns(cls, columns: dict[str, Any]):
+    def from_columns(cls, columns: dict[str, Any]) -> Self:
         """Missing columns are filled with -1 (integers) of the right length."""
         n = len(next(iter(columns.values()))) if columns else 0
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for name, dtype in cls.COLUMNS.items():
             col = columns.get(name)
             out[name] = np.full(n, NONE, dtype) if col is None else np.asarray(col, dtype=dtype)
@@ -93,16 +93,16 @@ class Table:
         first = fields(self)[0].name
         return len(getattr(self, first))
 
-    def take(self, index):
+    def take(self, index: np.ndarray) -> Self:
         """The rows selected by a boolean mask or an index array, as a new table."""
         return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
-    def concat(self, other):
+    def concat(self, other: Self) -> Self:
         return type(self)(**{f.name: np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)})
 
     @property
     def duration(self) -> np.ndarray:
-        return self.end - self.start  # type: ignore[attr-defined]
+        return cast(np.ndarray, self.end - self.start)  # type: ignore[attr-defined]
 
 
 _I64, _I32 = "int64", "int32"
@@ -330,7 +330,7 @@ class Trace:
 TIME_LIMIT = 1 << 62
 
 
-def _invalid_rows(table: Table):
+def _invalid_rows(table: Table) -> Iterator[tuple[str, np.ndarray]]:
     start, end = table.start, table.end  # type: ignore[attr-defined]
     yield "a time out of range (an overflowing timestamp)", (np.abs(start) >= TIME_LIMIT) | (np.abs(end) >= TIME_LIMIT)
     yield "it ends before it starts (a negative duration)", end < start

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import Callable, ClassVar, Union, cast
 
 from layerc.ir.diagnostics import ParseError
 
@@ -95,7 +95,7 @@ class TensorType(Type):
         if self.shape is None or any(not isinstance(d, int) for d in self.shape):
             return None
         n = 1
-        for d in self.shape:
+        for d in cast("tuple[int, ...]", self.shape):  # every dim is an int (checked above)
             n *= d
         return n
 
@@ -220,7 +220,7 @@ def split_dims(shape: str) -> list[str]:
     return split_top_level(shape, "x", lambda text, i: i > 0 and not text[i - 1].isalpha())
 
 
-def split_top_level(text: str, sep: str = ", ", accept=None) -> list[str]:
+def split_top_level(text: str, sep: str = ", ", accept: Callable[[str, int], bool] | None = None) -> list[str]:
     """Split on ``sep`` outside parentheses (a dim may be ``Max(1, s0)``); ``accept(text, i)``
     may veto a separator at ``i``."""
     if "(" not in text:

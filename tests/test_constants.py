@@ -23,7 +23,7 @@ from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Value
 from layerc.ir.types import SymDim
 
-from strategies import complexes, floats, quoted_strings, schema_strings, sym_sizes, torch_consts
+from layerc.testing.graphs import complexes, floats, quoted_strings, schema_strings, sym_sizes, torch_consts
 
 AD_HEAD = "# Transform: t\n# Stage: export\n# GraphModules found: 1\n\n\n" + "=" * 80 + "\n# GraphModule: (root)\n" + "=" * 80 + "\n\n"
 AD_X = "%x : 2x3 : torch.float32\n"

@@ -14,7 +14,7 @@ from layerc.grammar.dumps import decode, parse_and_verify
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import structural_key
 
-from strategies import ad_modules, fx_modules
+from layerc.testing import ad_modules, fx_modules
 
 DATA = Path(__file__).parent / "data"
 

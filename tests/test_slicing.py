@@ -4,6 +4,7 @@ random names, random topological orders), and the layer document's schema."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from collections import Counter
 
 import jsonschema
@@ -11,24 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerc.backends.layer_json import layer_document, schema
-from layerc.ir.graph import OP, Weight
+from layerc.ir.graph import OP
 from layerc.ir.targets import op_name
 from layerc.passes.pipeline import run_passes
 from layerc.passes.base import Context
 from layerc.passes.groups import InferGroups
-from layerc.passes.slicing import SliceLayers, extract_layer
+from layerc.passes.slicing import extract_layer
 from layerc.backends.synth.dump import generate
+from layerc.testing import DumpSpec, dump_specs, sliced_dump, slicing_violations
 
-stacks = st.one_of(
-    st.builds(dict, arch=st.sampled_from(["deepseek_v3", "llama", "qwen3_moe", "qwen3_next"]), layers=st.integers(2, 7)),
-    st.builds(dict, arch=st.just("nemotron_h"), layers=st.integers(2, 8), pattern=st.text("ME*", min_size=1, max_size=6)),
-)
-
-
-def _sliced(spec, **extra):
-    m = generate(**spec, **extra)
-    run_passes([SliceLayers()], m)
-    return m.main_graph()
+def _sliced(spec: DumpSpec, **extra):
+    return sliced_dump(replace(spec, **extra).build())
 
 
 def _partition(graph) -> dict[int, set]:
@@ -40,26 +34,12 @@ def _partition(graph) -> dict[int, set]:
 
 
 @settings(max_examples=40)
-@given(stacks, st.integers(0, 1000), st.booleans(), st.booleans())
-def test_slicing_invariants(spec, seed, shuffle, symbolic):
-    g = _sliced(spec, seed=seed, shuffle=shuffle, symbolic=symbolic)
-    slices = _partition(g)
-    members = [n for s in slices.values() for n in s]
-    assert len(members) == len(set(members))  # slices are disjoint
-    for layer, nodes in slices.items():
-        for n in nodes:
-            tags = {w.meta["layer"] for w in n.inputs if isinstance(w, Weight) and w.meta["layer"] is not None}
-            assert tags <= {layer}, (n.name, tags, layer)  # no weight of another layer (by name or dataflow)
-    for n in g.nodes:  # every seed is in its own layer's slice; slices ∪ shared = all nodes
-        tags = {w.meta["layer"] for w in n.inputs if isinstance(w, Weight) and w.meta.get("layer_source") == "name"}
-        if n.kind == OP and tags:
-            assert n.meta["layer"] in tags and n.meta["layer_role"] == "seed"
-        assert (n.meta["layer"] is not None) != (n.meta["layer_role"] in ("shared", "outside", "input", "output"))
-    # Ground truth from the generator: the decoder layer of every node.
-    wrong = [n.name for n in g.nodes if n.kind == OP and n.meta["layer"] != n.meta.get("true_layer")]
-    assert not wrong, wrong[:10]
+@given(dump_specs())
+def test_slicing_invariants(spec):
+    g = _sliced(spec)
+    assert slicing_violations(g) == []  # disjoint, weights, seeds, roles, and the generator's truth
     # The layer documents: valid, and every edge ends at a node or an external input.
-    for layer in slices:
+    for layer in _partition(g):
         lg = extract_layer(g, layer)
         InferGroups().apply(Context(), _one(lg))
         doc = layer_document(lg, "dump.txt")
@@ -69,6 +49,15 @@ def test_slicing_invariants(spec, seed, shuffle, symbolic):
         lg.verify()
 
 
+def test_the_invariants_catch_a_wrong_slicing():
+    g = _sliced(DumpSpec("llama", 3))
+    victim = next(n for n in g.nodes if n.kind == OP and n.meta["layer_role"] == "seed" and n.meta["layer"] == 1)
+    victim.meta["layer"] = 2
+    found = slicing_violations(g)
+    assert any(victim.name in v and "reads a weight of layer(s) [1]" in v for v in found)
+    assert any(victim.name in v and "its true layer is 1" in v for v in found)
+
+
 def _one(graph):
     from layerc.ir.graph import Module
 
@@ -76,8 +65,9 @@ def _one(graph):
 
 
 @settings(max_examples=15)
-@given(stacks, st.integers(1, 1000))
+@given(dump_specs(), st.integers(1, 1000))
 def test_slicing_ignores_names_and_order(spec, seed):
+    spec = replace(spec, seed=None, shuffle=False)
     plain = _sliced(spec)
     mixed = _sliced(spec, seed=seed, shuffle=True)
 
@@ -116,7 +106,7 @@ HOMOGENEOUS = [("llama", 0), ("qwen3_moe", 1), ("deepseek_v3", 4)]
 @given(st.sampled_from(HOMOGENEOUS), st.integers(2, 5), st.integers(0, 1000))
 def test_homogeneous_stack_slices_are_isomorphic(arch_first, extra, seed):
     arch, first = arch_first
-    g = _sliced({"arch": arch, "layers": max(first, 1) + extra}, seed=seed, shuffle=True)
+    g = _sliced(DumpSpec(arch, max(first, 1) + extra), seed=seed, shuffle=True)
     reference = _wl_hash(extract_layer(g, max(first, 1)))
     for layer in range(first, max(first, 1) + extra):
         assert _wl_hash(extract_layer(g, layer)) == reference, layer

@@ -22,8 +22,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="a dump (file, AD_DUMP_GRAPHS_DIR or torch.fx print), a trace (Kineto JSON, nsys export), "
                         "a TRITON_DUMP_WS_GRAPHS directory or log, or model source (with --entry)")
     p.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline, e.g. 'dce,select-graph{section=monolithic.model}'")
-    p.add_argument("--emit", choices=("ad", "fx", "json", "text"), help="output syntax (dumps: ad (default), fx, json; "
-                   "traces, memory plans and op trees: text)")
+    p.add_argument("--emit", choices=("ad", "fx", "json", "meta", "text"),
+                   help="output syntax (dumps: ad (default), fx, json, meta: one line per node with what the passes "
+                        "found; traces, memory plans and op trees: text)")
     p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="output file (default: stdout); written atomically")
     p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
     p.add_argument("--section", metavar="NAME", help="keep only this GraphModule section")
