@@ -7,6 +7,8 @@ import argparse
 import re
 import sys
 
+from layerc.ir.diagnostics import warn
+
 
 #: PNG resolution of the planner's graphs: their 9 pt node and 7 pt edge labels need more than
 #: Graphviz's 96 dpi to stay legible once the pictures are stacked.
@@ -59,7 +61,7 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
     written: list[str] = []
     draw_graphs = not args.no_render and graphviz.available()
     if not args.no_render and not draw_graphs:  # the DOT, JSON, trace and chart are written all the same
-        sys.stderr.write(f"layerc: warning: {graphviz.MISSING}\n")
+        warn(args, graphviz.MISSING)
 
     def put(name: str, data: str | bytes) -> None:
         write_atomic(out / name, data)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+from layerc.ir.diagnostics import warn
 
 
 @dataclass
@@ -258,7 +259,7 @@ def show(a: Analysis, args: argparse.Namespace) -> None:
         if orphans.any():
             _top(con, a, orphans, dur, total, args.top_n, "kernels outside layers")
     if args.debug_layers:
-        _debug_layers(con, a, args.debug_layers)
+        _debug_layers(con, a, args.debug_layers, args)
 
 
 def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int, title: str) -> None:
@@ -281,7 +282,7 @@ def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int
     con.print(tab)
 
 
-def _debug_layers(con, a: Analysis, spec: tuple[int, ...]) -> None:
+def _debug_layers(con, a: Analysis, spec: tuple[int, ...], args: argparse.Namespace) -> None:
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
     from rich.table import Table
@@ -306,4 +307,4 @@ def _debug_layers(con, a: Analysis, spec: tuple[int, ...]) -> None:
         con.print(tab)
     missing = sorted(set(wanted) - {i for _, i in shown})
     if missing:
-        sys.stderr.write(f"layerc: warning: no layer {', '.join(map(str, missing))} in the trace\n")
+        warn(args, f"no layer {', '.join(map(str, missing))} in the trace")

@@ -155,6 +155,17 @@ class DiagnosticEngine:
                                            option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def warn(args: Any, message: str, path: str | None = None) -> None:
+    """A warning through the run's engine (``args.diagnostics``, which the driver sets), or
+    printed as text where there is none (a caller that built its own arguments)."""
+    d = Diagnostic("warning", message, str(path) if path is not None else None)
+    engine = getattr(args, "diagnostics", None)
+    if isinstance(engine, DiagnosticEngine):
+        engine.emit(d)
+    else:
+        sys.stderr.write(d.format() + "\n")
+
+
 # -- expected diagnostics (--verify-diagnostics) ------------------------------------------------
 _EXPECTED = re.compile(r"expected-(error|warning|note|remark)(?:@(above|below|[+-]\d+|\*))?\s*\{\{(.*?)\}\}")
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Generic, TypeVar
+from typing import Any, Callable, ClassVar, Generic, TypeVar, cast
 
 from layerc.ir.diagnostics import Diagnostic, Location
+from layerc.ir.graph import Node
+from layerc.ir.targets import op_name
 
 M = TypeVar("M")  #: the module kind a pass runs on
 R = TypeVar("R")
@@ -133,3 +135,9 @@ def _option_text(value: object) -> str:
     if any(c in text for c in " ,{}=()\"'") or text == "":
         return f'"{text}"'
     return text
+
+
+def node_op_name(node: Node) -> str:
+    """``op_name`` of a node's target. Only ops (and fx placeholders) have a target: like
+    ``op_name`` itself, this fails on a node without one."""
+    return op_name(cast(str, node.target))

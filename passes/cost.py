@@ -68,7 +68,7 @@ from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, Module, Node, Value, Weight
 from layerc.ir.targets import op_name
 from layerc.ir.types import OpaqueType, TensorType, TupleType, element_bytes
-from layerc.passes.base import Context, ModulePass
+from layerc.passes.base import Context, ModulePass, node_op_name
 
 MODES = ("roofline", "no-overlap")
 
@@ -692,12 +692,12 @@ class CostModel(ModulePass):
         k = shape(_operands(node, 1)[0], min_rank=1)[-1]
         out = math.prod(shape(node)) if isinstance(node.type, TensorType) else _out_numel(node)
         flops = 2 * out * k
-        if op_name(node.target) in ("linear", "addmm") and len(ins) > 2:
+        if node_op_name(node) in ("linear", "addmm") and len(ins) > 2:
             flops += out  # bias
         return flops, _io(node), _lowest(ins[:2])
 
     def _attention(self, node: Node):
-        name = op_name(node.target)
+        name = node_op_name(node)
         if "mla" in name and "with_cache" in name:
             return self._mla_with_cache(node)
         if "with_cache" in name:
@@ -853,20 +853,20 @@ class CostModel(ModulePass):
         return 0, 2 * sum(nbytes(a) for a in new), None
 
     def _act(self, node: Node):
-        name = op_name(node.target)
+        name = node_op_name(node)
         per = next((v for k, v in FLOPS_PER_ELEMENT.items() if k in name and k in ("silu", "gelu", "relu", "sigmoid", "tanh")), 4)
         if "and_mul" in name:
             per += 1
         return per * _out_numel(node), _io(node), None
 
     def _elementwise(self, node: Node):
-        per = 0 if op_name(node.target) in _COPIES else 1
+        per = 0 if node_op_name(node) in _COPIES else 1
         return per * _out_numel(node), _io(node), None
 
     def _collective_io(self, node: Node):
         ins = _tensor_inputs(node)
         flops = numel(ins[0]) if ins else 0  # the reduction's adds
-        if "norm" in op_name(node.target):
+        if "norm" in node_op_name(node):
             flops += FLOPS_PER_ELEMENT["norm"] * numel(ins[0])
         return flops, _io(node), None
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from layerc.ir.graph import OP, Module, Node
-from layerc.ir.targets import op_name
 from layerc.ir.types import OpaqueType
-from layerc.passes.base import Context, ModulePass
+from layerc.passes.base import Context, ModulePass, node_op_name
 
 _EFFECTS = re.compile(
     r"all_reduce|allreduce|all_gather|allgather|reduce_scatter|all_to_all|broadcast|send|recv|barrier"
@@ -27,7 +26,7 @@ def has_effects(node: Node) -> bool:
         return True
     if isinstance(node.type, OpaqueType) and node.type.pytype == "NoneType":
         return True
-    name = op_name(node.target)
+    name = node_op_name(node)
     return name.endswith("_") or bool(_EFFECTS.search(name))
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.graph import OP, Graph, Module, Node, Weight
-from layerc.ir.targets import op_name
-from layerc.passes.base import Context, ModulePass
+from layerc.ir.graph import OP, Graph, Module, Node, Value, Weight
+from layerc.passes.base import Context, ModulePass, node_op_name
 
 _LAYER_PREFIX = re.compile(r"^(?:model_|backbone_|transformer_|gpt_neox_)?(?:layers|h|blocks)_\d+_")
 
@@ -95,7 +94,7 @@ def _weights_group(node: Node) -> tuple[str | None, str | None]:
 
 
 def _op_group(node: Node) -> tuple[str | None, str | None]:
-    name = op_name(node.target)
+    name = node_op_name(node)
     if _OP_GATED_NORM.search(name):
         return "gated_norm", None
     if _OP_NORM.search(name):
@@ -154,7 +153,7 @@ def infer_groups(nodes: list[Node]) -> None:
             continue
         producers = _nearest(n, inside, group, "up")
         consumers = _nearest(n, inside, group, "down")
-        if op_name(n.target) in ("add", "add_") and any(isinstance(v, Node) and v not in inside for v in n.inputs):
+        if node_op_name(n) in ("add", "add_") and any(isinstance(v, Node) and v not in inside for v in n.inputs):
             group[n] = "other"
         else:
             group[n] = _between(n, producers, consumers)
@@ -178,10 +177,11 @@ def infer_groups(nodes: list[Node]) -> None:
 
 def _nearest(n: Node, inside: set, group: dict, direction: str) -> list[str]:
     """Groups of the closest classified ops upstream (``up``) or downstream (``down``) of n."""
-    found, seen = [], {n}
+    found: list[str] = []
+    seen: set[Value] = {n}
     frontier = [n]
     while frontier and not found:
-        nxt = []
+        nxt: list[Node] = []
         for x in frontier:
             for y in (x.inputs if direction == "up" else x.users):
                 if y in seen or y not in inside:
@@ -190,13 +190,13 @@ def _nearest(n: Node, inside: set, group: dict, direction: str) -> list[str]:
                 if y in group:
                     found.append(group[y])
                 else:
-                    nxt.append(y)
+                    nxt.append(cast(Node, y))  # in ``inside``: one of the layer's ops
         frontier = nxt
     return found
 
 
 def _between(n: Node, producers: list[str], consumers: list[str]) -> str:
-    name = op_name(n.target)
+    name = node_op_name(n)
     if name == "begin_aux_stream_passthrough" and consumers:
         return Counter(consumers).most_common(1)[0][0]  # opens the work it hands to the other stream
     if name in ("end_aux_stream_passthrough", "wait_aux_stream_passthrough") and producers:
@@ -219,9 +219,9 @@ def _attention_branches(members: list[Node], group: dict, sub: dict) -> None:
     """q_branch / kv_branch: what feeds the attention op's q inputs, and its k/v inputs."""
     attn = {"attention", "mla"}
     for op in members:
-        if group.get(op) not in attn or sub.get(op) == "rope" or not _OP_ATTN.search(op_name(op.target)) and not _OP_MLA.search(op_name(op.target)):
+        if group.get(op) not in attn or sub.get(op) == "rope" or not _OP_ATTN.search(node_op_name(op)) and not _OP_MLA.search(node_op_name(op)):
             continue
-        q_pos, kv_pos = _ATTENTION_Q_KV["mla" if _OP_MLA.search(op_name(op.target)) else ""]
+        q_pos, kv_pos = _ATTENTION_Q_KV["mla" if _OP_MLA.search(node_op_name(op)) else ""]
         q = _feeders(op, q_pos, group, attn)
         kv = _feeders(op, kv_pos, group, attn)
         for n in q - kv:
@@ -233,7 +233,7 @@ def _attention_branches(members: list[Node], group: dict, sub: dict) -> None:
     for op in members:  # a RoPE op's outputs are part of it
         if sub.get(op) == "rope":
             for u in op.users:
-                if op_name(u.target) == "getitem" and u in group:
+                if node_op_name(u) == "getitem" and u in group:
                     sub[u] = "rope"
 
 
@@ -271,10 +271,10 @@ def _feeders(op: Node, positions: tuple[int, ...], group: dict, attn: set) -> se
         v = stack.pop()
         if not isinstance(v, Node) or v.kind != OP or v in out or group.get(v) not in attn:
             continue
-        if _OP_ROPE.search(op_name(v.target)):
+        if _OP_ROPE.search(node_op_name(v)):
             continue  # reached through a getitem below
         out.add(v)
-        if op_name(v.target) == "getitem" and isinstance(v.args[0], Node) and _OP_ROPE.search(op_name(v.args[0].target)):
+        if node_op_name(v) == "getitem" and isinstance(v.args[0], Node) and _OP_ROPE.search(node_op_name(v.args[0])):
             rope, side = v.args[0], v.args[1]
             if isinstance(side, int) and side < len(rope.args):
                 stack.append(rope.args[side])
@@ -330,8 +330,9 @@ def _reach(starts: list[Node], direction: str, within: set) -> set[Node]:
         x = stack.pop()
         for y in (x.users if direction == "down" else x.inputs):
             if y in within and y not in seen:
-                seen.add(y)
-                stack.append(y)
+                op = cast(Node, y)  # in ``within``: ops only
+                seen.add(op)
+                stack.append(op)
     return seen
 
 
@@ -340,7 +341,7 @@ def aux_regions(members: list[Node], inside: set) -> dict[Node, str]:
     before any other region begins."""
     region: dict[Node, str] = {}
     for b in members:
-        if op_name(b.target) != "begin_aux_stream_passthrough":
+        if node_op_name(b) != "begin_aux_stream_passthrough":
             continue
         down, ends, stack = set(), [], [b]
         while stack:  # forward from the marker, not past an end marker
@@ -348,7 +349,7 @@ def aux_regions(members: list[Node], inside: set) -> dict[Node, str]:
             for y in x.users:
                 if y in inside and y not in down:
                     down.add(y)
-                    marker = op_name(y.target)
+                    marker = node_op_name(y)
                     if marker == "end_aux_stream_passthrough":
                         ends.append(y)
                     elif marker != "begin_aux_stream_passthrough":  # another region starts

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 from layerc.ir.graph import OP, Node
-from layerc.ir.targets import ALIASES, CASTS, op_name
+from layerc.ir.targets import ALIASES, CASTS
+from layerc.passes.base import node_op_name
 from layerc.passes.slice_flow import POST, PRE, Runs, backward, forward, is_add
 
 #: The most paths into a layer cut one by one (a real boundary has a handful).
@@ -221,7 +222,7 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
         return c, c  # the earlier stretch's last op is the fork (a final norm without a cast)
     if forks:
         cut = forks[-1]
-        while cut in region and op_name(cut.target) in CASTS:
+        while cut in region and node_op_name(cut) in CASTS:
             cut = idom.get(cut)
         return cut, c
     if not chain:  # the paths meet above the region, at one op: everything after it is later
@@ -230,7 +231,7 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
     if adds:
         return adds[0], c
     handed = 0
-    while handed < len(chain) and op_name(chain[handed].target) in ALIASES:
+    while handed < len(chain) and node_op_name(chain[handed]) in ALIASES:
         handed += 1
     if handed:
         return (chain[handed] if handed < len(chain) else c), c
@@ -279,7 +280,7 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
     for n in nodes:
         if n.kind == OP and layer.get(n, PRE) not in (PRE, POST):
             ops.setdefault(layer[n], []).append(n)
-    kind = {x: tuple(sorted(op_name(n.target) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
+    kind = {x: tuple(sorted(node_op_name(n) for n in members if role.get(n) == "seed")) for x, members in ops.items()}
     openings = _openings(nodes, layer, role)
     _align_heads(openings, kind, layer, role)
     passes = [x for x, _ in openings]
@@ -356,7 +357,7 @@ def _commonest(sequences: list[tuple]) -> tuple | None:
 
 
 def _names(seq: list[Node]) -> list[str]:
-    return [op_name(n.target) for n in seq]
+    return [node_op_name(n) for n in seq]
 
 
 def _closing(members: list[Node], role: dict) -> list[Node]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from layerc.ir.graph import OP, PLACEHOLDER, Node
-from layerc.ir.targets import op_name
+from layerc.passes.base import node_op_name
 
 PRE = -1
 POST = 1 << 30
@@ -72,4 +72,4 @@ def _propagate(nodes: list[Node], order, fixed: dict[Node, int], neighbours, pic
 
 
 def is_add(node: Node) -> bool:
-    return op_name(node.target) in ("add", "add_", "iadd") if node.kind == OP else False
+    return node_op_name(node) in ("add", "add_", "iadd") if node.kind == OP else False

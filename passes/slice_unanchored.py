@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Node
-from layerc.ir.targets import op_name
+from layerc.passes.base import node_op_name
 from layerc.passes.slice_flow import POST, PRE, Runs
 
 
@@ -75,4 +75,4 @@ def _chain_link(n: Node, layer: dict, runs: Runs, index: dict) -> int | None:
 
 def is_batch_level(node: Node) -> bool:
     """Metadata preparation runs once per forward pass for every layer, however many use it."""
-    return "prepare_metadata" in op_name(node.target)
+    return "prepare_metadata" in node_op_name(node)

@@ -28,8 +28,7 @@ from typing import ClassVar
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight
-from layerc.ir.targets import op_name
-from layerc.passes.base import Context, ModulePass
+from layerc.passes.base import Context, ModulePass, node_op_name
 from layerc.passes.slice_cuts import align_ends, assign_boundaries, assign_prologues
 from layerc.passes.slice_flow import POST, PRE, activations, backward, forward
 from layerc.passes.slice_unanchored import assign_unanchored
@@ -109,7 +108,7 @@ def slice_graph(graph: Graph) -> None:
     align_ends(nodes, layer, role, index)
     assign_unanchored(nodes, layer, role, index, live)
     for n in nodes:  # a getitem goes with the tuple it reads (one output of a piece, of a topk)
-        if n.kind == OP and op_name(n.target) == "getitem":
+        if n.kind == OP and node_op_name(n) == "getitem":
             src = n.args[0] if n.args else None
             if isinstance(src, Node) and src.kind == OP:
                 if src in layer:

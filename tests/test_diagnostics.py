@@ -132,3 +132,13 @@ def test_errors_as_json_from_any_command(tmp_path):
     assert rc == 1
     (d,) = orjson.loads(err)["diagnostics"]
     assert d["severity"] == "error" and d["file"] == str(bad) and d["line"] == 1 and d["column"] > 1
+
+
+def test_a_commands_warnings_go_through_the_engine(shared):
+    sample = shared / "data" / "traces" / "torch" / "hf_bert-small_h100.json.gz"
+    rc, _, err = run_layerc("trace", sample, "--num-layers", "5")
+    assert rc == 0 and f"{sample}: warning: --num-layers 5, but 1 complete pass(es) have another count (pass 0: 4)" in err
+    rc, _, err = run_layerc("trace", sample, "--num-layers", "5", "--diagnostics-format", "json")
+    assert rc == 0
+    (d,) = orjson.loads(err)["diagnostics"]
+    assert (d["severity"], d["file"]) == ("warning", str(sample)) and d["message"].startswith("--num-layers 5, but 1 complete")

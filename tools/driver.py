@@ -95,6 +95,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    from layerc.ir.diagnostics import DiagnosticEngine
+
+    # Every diagnostic of the run goes through one engine: text as it comes, or one JSON document.
+    engine = args.diagnostics = DiagnosticEngine(sys.stderr, getattr(args, "diagnostics_format", "text"))
+    try:
+        return _run_command(run, args)
+    finally:
+        engine.finish()
+
+
+def _run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    engine = args.diagnostics
     try:
         from layerc.backends import outputs
         from layerc.grammar import inputs
@@ -111,11 +123,7 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
         finally:
             sys.stdout = stdout
     except LayercError as e:
-        from layerc.ir.diagnostics import DiagnosticEngine
-
-        engine = DiagnosticEngine(sys.stderr, getattr(args, "diagnostics_format", "text"))
         engine.emit(e.diagnostic())
-        engine.finish()
         return 1
     except KeyboardInterrupt:
         sys.stderr.write("layerc: interrupted\n")

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, natural_int, output_directory, pipeline_options, printed_pipeline, strategy_option
 
 FORMATS = ("json", "dot", "png", "svg")
@@ -43,7 +44,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from layerc.backends.layer_json import dumps, layer_document
     from layerc.grammar.dumps import load
-    from layerc.ir.diagnostics import LayercError
     from layerc.passes.base import Context
     from layerc.passes.groups import InferGroups
     from layerc.passes.pipeline import PassManager, PassTiming, timing_report
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context()
     pm.run(ctx, module)
     for w in ctx.warnings:
-        sys.stderr.write(f"{args.trace or args.input}: warning: {w}\n")
+        warn(args, w, args.trace or args.input)
     phases.extend(pm.timings)
 
     start = time.perf_counter()
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             outputs["dot"] = layer_dot.dot_text(doc)
         pictures = [f for f in ("png", "svg") if f in formats]
         if pictures and not graphviz.available():
-            sys.stderr.write(f"layerc: warning: {graphviz.MISSING}\n")
+            warn(args, graphviz.MISSING)
             formats = [f for f in formats if f not in pictures]
             pictures = []
         with ThreadPoolExecutor(max_workers=2) as pool:  # Graphviz runs in two processes at once

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from layerc.ir.diagnostics import DiagnosticEngine, LayercError
+from layerc.ir.diagnostics import LayercError
 from layerc.tools.args import input_path, output_path, pipeline_options, printed_pipeline
 
 
@@ -84,15 +84,14 @@ def run(args: argparse.Namespace) -> int:
         ctx.inputs["build_model"] = build_profiled_model
     if args.verify_diagnostics:
         return verify(args, pm, ctx, module)
-    engine = DiagnosticEngine(sys.stderr, args.diagnostics_format, args.werror)
+    engine = args.diagnostics
+    engine.werror = args.werror
     pm.run(ctx, module)
     for d in _reported(ctx, module):
         engine.emit(d)
     phases.extend(pm.timings)
     if engine.errors:  # warnings under --werror: nothing is written
-        engine.finish()
         return 1
-    engine.finish()
 
     start = time.perf_counter()
     text = printer(module)
@@ -126,10 +125,8 @@ def verify(args: argparse.Namespace, pm, ctx, module) -> int:
         raised = [e.diagnostic()]
     expected = [x for path in commented_files(args.input) for x in expected_diagnostics(str(path), read_text(path))]
     problems = verify_diagnostics(expected, _reported(ctx, module) + raised)
-    engine = DiagnosticEngine(sys.stderr, args.diagnostics_format)
     for d in problems:
-        engine.emit(d)
-    engine.finish()
+        args.diagnostics.emit(d)
     return 1 if problems else 0
 
 

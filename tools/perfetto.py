@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, output_path, strategy_option
 
 
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     a = analyze(argparse.Namespace(trace=args.trace, kernel_tables=None, strategy=args.strategy, split_half_layers=False,
                                    timing=False, stage="all"))
     for w in a.layers.warnings:
-        sys.stderr.write(f"{args.trace}: warning: {w}\n")
+        warn(args, w, args.trace)
     stats = write_perfetto(a, args.output, args.format)
     sys.stdout.write(f"{args.output}: {len(a.trace.kernels):,} kernels, {stats['spans']:,} spans, {stats.get('bytes', 0):,} bytes\n")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, output_path, strategy_option
 
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     trace = read_trace(args.trace, kinds={"kernels", "launches"})
     for w in trace.warnings:
-        sys.stderr.write(f"{trace.source}: warning: {w}\n")
+        warn(args, w, trace.source)
     chosen = pick_replay(trace, args.graph_id, args.replay)
     short, _ = kernel_table().kinds(trace)
     k = trace.kernels

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from layerc.ir.diagnostics import warn
 from layerc.tools.args import InputPath, input_path, number, output_path, pipeline_options, printed_pipeline, whole_number
 
 #: Why sizes stop at 2**31-1 (grammar.hf_config.MAX_SIZE), in usage messages.
@@ -222,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     pm.run(ctx, module)
     phases.extend(pm.timings)
     for w in ctx.warnings:
-        sys.stderr.write(f"layerc: warning: {w}\n")
+        warn(args, w)
     hardware = ctx.analyses.get("hardware", hardware)
     graph = module.graphs[0]
     comparison = None

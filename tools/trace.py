@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from layerc.backends.trace_report import Analysis, mismatched_passes, report, show, write_csv, write_perfetto
+from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
 
 
@@ -62,7 +63,7 @@ def analyze(args: argparse.Namespace) -> Analysis:
                           ir_stream=sys.stderr)
     trace = read_trace(args.trace)
     for w in trace.warnings:
-        sys.stderr.write(f"{trace.source}: warning: {w}\n")
+        warn(args, w, trace.source)
     module = TraceModule(trace)
     manager.run(Context(), module)
     if args.timing:
@@ -98,16 +99,16 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "model_config", None):
         from_config = config_layers(args.model_config)
         if args.num_layers and args.num_layers != from_config:
-            sys.stderr.write(f"{args.trace}: warning: --num-layers {args.num_layers} but {args.model_config} says "
-                             f"{from_config}; checking against --num-layers\n")
+            warn(args, f"--num-layers {args.num_layers} but {args.model_config} says {from_config}; "
+                       "checking against --num-layers", args.trace)
         args.num_layers = args.num_layers or from_config
     a = analyze(args)
     for w in a.layers.warnings:
-        sys.stderr.write(f"{args.trace}: warning: {w}\n")
+        warn(args, w, args.trace)
     if args.num_layers and (off := mismatched_passes(a, args.num_layers)):
         counts = ", ".join(f"pass {q}: {a.layers.layers_per_pass[q]}" for q in off[:6]) + (" ..." if len(off) > 6 else "")
-        sys.stderr.write(f"{args.trace}: warning: --num-layers {args.num_layers}, but {len(off)} complete pass(es) "
-                         f"have another count ({counts}); the layers found are reported as they are\n")
+        warn(args, f"--num-layers {args.num_layers}, but {len(off)} complete pass(es) have another count ({counts}); "
+             "the layers found are reported as they are", args.trace)
     if args.json:
         import orjson
         from layerc.backends.outputs import write_atomic

@@ -17,7 +17,7 @@ from layerc.grammar.decoder_layer import LayerShape
 from layerc.grammar.hf_config import ModelSpec
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Node, Value, Weight, map_values
-from layerc.ir.targets import op_name
+from layerc.passes.base import node_op_name
 
 
 def require_torch():
@@ -158,7 +158,7 @@ class GraphRunner:
         if missing:
             raise LayercError(f"no tensor for weight(s) {', '.join(missing[:5])}")
         self.weights = weights
-        unknown = sorted({op_name(n.target) for n in graph.ops if op_name(n.target) not in self.impl})
+        unknown = sorted({node_op_name(n) for n in graph.ops if node_op_name(n) not in self.impl})
         if unknown:
             raise LayercError(f"cannot run op(s) {', '.join(unknown)} with torch")
 
@@ -170,9 +170,9 @@ class GraphRunner:
             if node.kind == PLACEHOLDER:
                 env[node] = inputs[node.name]
             elif node.kind == OP:
-                fn = self.impl[op_name(node.target)]
+                fn = self.impl[node_op_name(node)]
                 args = map_values(node.args, lambda v: env[v])
-                if op_name(node.target) == "attention" and args[2] is None:
+                if node_op_name(node) == "attention" and args[2] is None:
                     args = (*args, node.type.shape[-1])
                 scope = torch.profiler.record_function(node.meta.get("label") or node.name) if annotate else contextlib.nullcontext()
                 with scope:
