@@ -11,7 +11,7 @@ TORCH_VERSION ?= 2.13.0
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 STAMP  := $(VENV)/.installed
 DEMO   := out/demo
-# The sglang source `layerc optrace` is tested on (tests/test_optrace_sglang.py). A wheel is a zip:
+# The sglang source `layerc optrace` is tested on (tests/passes/test_optrace_sglang.py). A wheel is a zip:
 # optrace reads it in place, nothing installs it. Downloaded once; skipped when present.
 SGLANG_VERSION ?= 0.5.9
 SGLANG_WHEEL   := build/wheels/sglang-$(SGLANG_VERSION)-py3-none-any.whl

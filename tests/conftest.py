@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
-DATA = Path(__file__).resolve().parent / "data"
+TESTS = Path(__file__).resolve().parent  #: tests/ mirrors the packages: tests/ir, tests/grammar, tests/passes...
+DATA = TESTS / "data"
 
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")

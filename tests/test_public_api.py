@@ -42,7 +42,7 @@ def test_read_any_input_through_the_facade(tmp_path):
     ctx = layerc.run_passes(layerc.build_pipeline("mem-liveness", layerc.get_all_passes(ir)), module)
     assert isinstance(ctx, layerc.Context)
     assert layerc.emitter(ir)(module).startswith('kernel "')
-    assert layerc.formats("graph") == ["ad", "fx", "json"]
+    assert layerc.formats("graph") == ["ad", "fx", "json", "meta"]
 
 
 @settings(max_examples=4, deadline=None)

@@ -116,7 +116,7 @@ DROP = object()
 
 # arch (config model_type) -> overrides on top of _BASE (a model type not listed gets _BASE
 # alone). These first entries are ARCHES, the tested set: each exports with torch 2.13 /
-# transformers 5.x (checked by tests/test_export_hf.py); the rest are added below.
+# transformers 5.x (checked by tests/backends/synth/test_export_hf.py); the rest are added below.
 ARCH_CONFIGS: dict[str, dict[str, Any]] = {
     # dense decoders
     "llama": {},

@@ -18,7 +18,7 @@ A kernel (``KernelSpec``) is a list of ops in program order (ids in post-order, 
 ``buildOperationIdMap`` numbers them), SMEM and TMEM allocs, and channels between ops of
 partitions. ``flash_attention_backward()`` builds the FA-backward kernel of the planner's own
 documentation; ``random_kernel(rng)`` builds varied ones for property tests; ``expected(spec)``
-says what a reader must get back (as ``tests/test_mem_reader.describe`` reads it).
+says what a reader must get back (as ``tests/grammar/test_mem_reader.describe`` reads it).
 ``layerc gen-mem`` writes either form.
 """
 
