@@ -1,4 +1,5 @@
 """The emitter contract: (IR, format) → a function that renders a module of that IR as text.
+An emitter that reads what a pass makes names it in ``requires`` (``layerc opt`` adds the pass).
 
 ``layerc opt --emit FORMAT`` and ``--print-ir-after-all`` take their printers from here; each
 command's file outputs (``layer``'s JSON/DOT/PNG, ``trace``'s JSON/CSV/Perfetto, ``mem``'s
@@ -20,6 +21,8 @@ EMITTER_SPECS: dict[tuple[str, str], str] = {
     ("graph", "json"): "layerc.backends.json_ir:dumps",
     ("graph", "meta"): "layerc.backends.graph_meta:print_meta",
     ("trace", "text"): "layerc.backends.trace_ir:print_trace",
+    ("trace", "json"): "layerc.backends.trace_report:json_text",
+    ("trace", "csv"): "layerc.backends.trace_report:csv_module_text",
     ("mem", "text"): "layerc.backends.mem_report:ir_text",
     ("optree", "text"): "layerc.backends.registry:_optree_text",
 }

@@ -25,6 +25,25 @@ class Analysis:
     rows: np.ndarray  #: layers selected by --stage
     pass_stage: np.ndarray  #: per pass, the stage most of its layers have
 
+    @classmethod
+    def of(cls, module, stage: str = "all") -> "Analysis":
+        """The analysis of a module after ``type-layers``, its rows and kernels kept to ``stage``
+        (``all``, ``prefill`` or ``decode``)."""
+        from layerc.ir.diagnostics import LayercError
+        from layerc.passes.layer_facts import STAGES, pass_stages
+
+        table, kernel_stage = module.table, module.stage
+        if table is None or kernel_stage is None:
+            raise LayercError("the trace's layers are not typed: run type-layers (or a pipeline ending in it) first",
+                              module.trace.source)
+        if stage == "all":
+            keep, rows = np.ones(len(kernel_stage), bool), np.ones(len(table), bool)
+        else:
+            code = STAGES.index(stage)
+            keep, rows = kernel_stage == code, table.stage == code
+        return cls(module.trace, module.classification, module.layers, table, kernel_stage, keep, rows,
+                   pass_stages(table, len(module.layers.layers_per_pass)))
+
     def pass_label(self, q: int, none: str) -> str:
         from layerc.passes.layer_facts import stage_name
 
@@ -140,18 +159,43 @@ def _layers_per_pass(a: Analysis) -> list[int]:
 
 
 def write_csv(a: Analysis, path: str) -> None:
-    import csv
+    from layerc.backends.outputs import write_atomic
 
-    from layerc.backends.outputs import atomic_open
+    write_atomic(path, csv_text(a))
+
+
+def csv_text(a: Analysis) -> str:
+    """One row per layer: pass, layer, type, stage, kernels, time and the first and last kernel."""
+    import csv
+    import io
+
     from layerc.passes.layer_facts import stage_name
 
     t = a.table
-    with atomic_open(path, "w") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["pass", "layer", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns", "first_kernel", "last_kernel"])
-        for r in np.nonzero(a.rows)[0].tolist():
-            w.writerow([int(t.pass_index[r]), int(t.index[r]), t.type[r], stage_name(int(t.stage[r])), int(t.kernel_count[r]),
-                        int(t.duration[r]), int(t.start[r]), int(t.end[r]), _short(a, int(t.first[r])), _short(a, int(t.last[r]))])
+    f = io.StringIO()
+    w = csv.writer(f, lineterminator="\n")
+    w.writerow(["pass", "layer", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns", "first_kernel", "last_kernel"])
+    for r in np.nonzero(a.rows)[0].tolist():
+        w.writerow([int(t.pass_index[r]), int(t.index[r]), t.type[r], stage_name(int(t.stage[r])), int(t.kernel_count[r]),
+                    int(t.duration[r]), int(t.start[r]), int(t.end[r]), _short(a, int(t.first[r])), _short(a, int(t.last[r]))])
+    return f.getvalue()
+
+
+# -- the trace IR's file formats (backends.registry): a module after type-layers -------------------
+def json_text(module) -> str:
+    """``layerc trace --json``'s document, from a module the trace passes have typed."""
+    import orjson
+
+    options = argparse.Namespace(trace=module.trace.source, num_layers=None, stage="all")
+    return (orjson.dumps(report(Analysis.of(module), options), option=orjson.OPT_INDENT_2) + b"\n").decode()
+
+
+def csv_module_text(module) -> str:
+    """``layerc trace --csv``'s table, from a module the trace passes have typed."""
+    return csv_text(Analysis.of(module))
+
+
+json_text.requires = csv_module_text.requires = ("type-layers",)  # type: ignore[attr-defined]  # read by opt
 
 
 def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:

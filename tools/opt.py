@@ -22,9 +22,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="a dump (file, AD_DUMP_GRAPHS_DIR or torch.fx print), a trace (Kineto JSON, nsys export), "
                         "a TRITON_DUMP_WS_GRAPHS directory or log, or model source (with --entry)")
     p.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline, e.g. 'dce,select-graph{section=monolithic.model}'")
-    p.add_argument("--emit", choices=("ad", "fx", "json", "meta", "text"),
+    p.add_argument("--emit", choices=("ad", "fx", "json", "meta", "text", "csv"),
                    help="output syntax (dumps: ad (default), fx, json, meta: one line per node with what the passes "
-                        "found; traces, memory plans and op trees: text)")
+                        "found; traces: text (default), and after type-layers json and csv as `layerc trace` writes "
+                        "them; memory plans and op trees: text)")
     p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="output file (default: stdout); written atomically")
     p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
     p.add_argument("--section", metavar="NAME", help="keep only this GraphModule section")
@@ -65,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
         passes.insert(0, SelectGraph(section=args.section))
     printer = emitter(ir, args.emit)
+    for name in getattr(printer, "requires", ()):  # what the output reads, run last unless the pipeline has it
+        if all(p.name != name for p in passes):
+            passes.append(build_pipeline(name, get_all_passes(ir))[0])
     if printed_pipeline(args, passes):
         return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 
 from layerc.backends.trace_report import Analysis, mismatched_passes, report, show, write_csv, write_perfetto
 from layerc.ir.diagnostics import warn
@@ -55,7 +54,6 @@ def analyze(args: argparse.Namespace) -> Analysis:
     from layerc.backends.trace_ir import print_trace
     from layerc.grammar.traces import read_trace
     from layerc.passes.base import Context
-    from layerc.passes.layer_facts import STAGES, pass_stages
     from layerc.passes.pipeline import PassManager, timing_report
     from layerc.passes.trace_passes import TraceModule
 
@@ -68,14 +66,7 @@ def analyze(args: argparse.Namespace) -> Analysis:
     manager.run(Context(), module)
     if args.timing:
         sys.stderr.write(timing_report(manager.timings))
-    table, stage = module.table, module.stage
-    if args.stage == "all":
-        keep, rows = np.ones(len(stage), bool), np.ones(len(table), bool)
-    else:
-        code = STAGES.index(args.stage)
-        keep, rows = stage == code, table.stage == code
-    return Analysis(trace, module.classification, module.layers, table, stage, keep, rows,
-                    pass_stages(table, len(module.layers.layers_per_pass)))
+    return Analysis.of(module, args.stage)
 
 
 def config_layers(path: str) -> int:

@@ -105,7 +105,7 @@ def test_dump_options_on_other_inputs_are_usage_errors(inputs):
     rc, _, err = run_layerc("opt", inputs["optree"], "-p", "trace-ops")
     assert rc == 1 and "--entry CLASS" in err
     rc, _, err = run_layerc("opt", TRACE, "--emit", "ad")
-    assert rc == 1 and "the trace IR has no 'ad' output (it has: text)" in err
+    assert rc == 1 and "the trace IR has no 'ad' output (it has: text, json, csv)" in err
 
 
 def test_required_passes_show_in_print_ir_after_all_and_timing(inputs):
@@ -166,3 +166,16 @@ def test_opt_on_a_trace_finds_the_layers_the_trace_command_reports(tmp_path):
     assert rc == 0, err
     layers = {int(w.split("=")[1]) for line in out.splitlines()[2:] for w in line.split() if w.startswith("layer=")}
     assert len(layers - {-1}) == found["num_layers"] == 4
+
+
+@pytest.mark.parametrize("fmt,flag,name", [("json", "--json", "t.json"), ("csv", "--csv", "t.csv")])
+def test_opt_emits_the_trace_commands_files(fmt, flag, name, tmp_path):
+    """The trace IR's file formats are emitters too: ``opt --emit json`` is ``trace --json``
+    byte for byte, and the output's prerequisite (type-layers) is added to the pipeline."""
+    rc, _, err = run_layerc("trace", TRACE, flag, tmp_path / name)
+    assert rc == 0, err
+    rc, printed, _ = run_layerc("opt", TRACE, "--emit", fmt, "--print-pipeline")
+    assert printed.strip() == "type-layers"
+    rc, out, err = run_layerc("opt", TRACE, "--emit", fmt, "-o", tmp_path / f"opt.{fmt}")
+    assert rc == 0, err
+    assert (tmp_path / f"opt.{fmt}").read_bytes() == (tmp_path / name).read_bytes()
