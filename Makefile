@@ -54,13 +54,14 @@ test: install typecheck
 	$(PY) -m pytest -q -n 2 --durations=10
 
 # mypy cannot follow the editable install's folder mapping: it reads a farm of links laid out as
-# the installed package. Strict on the IR, plain on the grammar (the other packages: to come).
+# the installed package. Strict on the IR and the passes, plain on the grammar (backends, tools: to come).
 TYPECHECK := build/typecheck
 typecheck: install
 	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/layerc
 	@for d in ir grammar passes backends tools; do ln -s $(CURDIR)/$$d $(TYPECHECK)/layerc/$$d; done
 	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.ir --strict --ignore-missing-imports
 	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.grammar --ignore-missing-imports --follow-imports=silent
+	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.passes --strict --ignore-missing-imports --follow-imports=silent
 
 # A long fuzz campaign over every reader (tests/fuzz): the figures go in the README.
 fuzz: install

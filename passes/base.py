@@ -40,14 +40,14 @@ class Analysis(Generic[R]):
     compute: Callable[..., R]
 
 
-class AnalysisManager(dict):
+class AnalysisManager(dict[str | tuple[str, ...], Any]):
     """The results passes leave for later passes and for the emitters (``ctx.analyses['binding']``),
     and the cache of computed analyses (``get(analysis, obj, **options)``). Only the cache is
     invalidated: a result a pass stores is its output, not a derived fact."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._cache: dict[tuple, tuple[Any, Any]] = {}
+        self._cache: dict[tuple[str, int, tuple[tuple[str, Any], ...]], tuple[Any, Any]] = {}
 
     def get_analysis(self, analysis: Analysis[R], obj: Any, **options: Any) -> R:
         """``analysis`` of ``obj`` with ``options``, computed once until invalidated."""
@@ -55,7 +55,7 @@ class AnalysisManager(dict):
         key = (analysis.name, id(obj), tuple((k, _key(v)) for k, v in sorted(options.items())))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit[1]
+            return cast(R, hit[1])
         value = analysis.compute(obj, **options)
         self._cache[key] = (held, value)
         return value

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, cast
 
 import numpy as np
 import orjson
@@ -35,8 +35,11 @@ from layerc.ir.targets import op_name, op_namespace
 from layerc.ir.trace import Trace, distinct, link
 from layerc.ir.types import TensorType
 from layerc.passes.base import Context, ModulePass
-from layerc.passes.binding import NO, SignatureTable, align_many, align_one, signature_table
+from layerc.passes.binding import NO, Signature, SignatureTable, align_many, align_one, signature_table
 from layerc.passes.kernel_tables import Classification
+
+if TYPE_CHECKING:
+    from layerc.passes.trace_layers import LayerResult
 
 PHASES = ("auto", "decode", "prefill")
 MATCHES = ("auto", "kernels", "ops")
@@ -56,7 +59,7 @@ AMBIGUOUS, FIT = 0.75, 0.8
 
 
 @dataclass(frozen=True)
-class BindKernels(ModulePass):
+class BindKernels(ModulePass[Module]):
     """Bind a trace's kernels (or profiled aten ops) to the nodes of the module's first graph.
 
     ``trace``: the trace file (or ``ctx.inputs["trace"]``, a loaded ``Trace``); ``phase``: which
@@ -129,12 +132,12 @@ def guess_match(graph: Graph, trace: Trace) -> str:
 class Binding:
     """What binding found: per node its bound events, plus what stayed unbound."""
 
-    events: dict[Node, list[dict]] = field(default_factory=dict)
-    unbound_events: list[dict] = field(default_factory=list)
+    events: dict[Node, list[dict[str, Any]]] = field(default_factory=dict)
+    unbound_events: list[dict[str, Any]] = field(default_factory=list)
     unbound_nodes: list[str] = field(default_factory=list)
-    unbound_ops: list[dict] = field(default_factory=list)  #: profiled ops no node took that launched no kernel
+    unbound_ops: list[dict[str, Any]] = field(default_factory=list)  #: profiled ops no node took that launched no kernel
     warnings: list[str] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
     bound_index: dict[int, Node] = field(default_factory=dict)  #: event index (kernel or cpu op) → node
 
     def write(self, graph: Graph) -> None:
@@ -146,13 +149,13 @@ class Binding:
         graph.meta["trace_unbound"] = {"kernels": self.unbound_events, "nodes": self.unbound_nodes, "ops": self.unbound_ops}
 
 
-def _us(ns) -> float:
+def _us(ns: float) -> float:
     return round(float(ns) / 1000, 3)
 
 
 # -- kernels of a GPU trace --------------------------------------------------------------------------
 def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | None = None,
-                strategy: str = "auto") -> tuple[list[np.ndarray], dict]:
+                strategy: str = "auto") -> tuple[list[np.ndarray], dict[str, Any]]:
     """The kernels of one replay (decode) or one eager pass (prefill), split into decoder layers
     by ``detect-layers`` (start order; ``cls``: the trace's classification, when made already),
     and how they were chosen."""
@@ -190,7 +193,7 @@ def pass_layers(trace: Trace, phase: str, replay: int, cls: Classification | Non
     return split, how
 
 
-def first_complete(eager: list[np.ndarray], layers) -> int:
+def first_complete(eager: list[np.ndarray], layers: LayerResult) -> int:
     """The first of the ``eager`` passes that ``detect-layers`` did not find cut by the profile
     (a leading partial pass lacks its first layers, so its layer N is not the graph's), else 0."""
     partial = layers.partial
@@ -219,12 +222,12 @@ class _KernelAligner:
         self._hits: dict[int, np.ndarray] = {}
         self._typed: dict[int, np.ndarray] = {}
         self._own: dict[str, np.ndarray] = {}
-        self._starts: dict[int, np.ndarray] = {}
+        self._starts: dict[int, np.ndarray | None] = {}
 
-    def signature(self, n: Node):
+    def signature(self, n: Node) -> Signature | None:
         return self.table.lookup(op_name(n.target or ""))
 
-    def evidence(self, sig, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def evidence(self, sig: Signature, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(name hits, type hits) of ``sig`` on kernel indices ``events``."""
         key = id(sig)
         hit = self._hits.setdefault(key, np.zeros(len(self.names), np.int8))  # 0 unknown, 1 no, 2 yes
@@ -235,14 +238,15 @@ class _KernelAligner:
             self._typed[key] = np.isin(self.types, list(sig.types))
         return hit[events] == 2, self._typed[key][events]
 
-    def starters(self, sig, events: np.ndarray) -> np.ndarray:
+    def starters(self, sig: Signature, events: np.ndarray) -> np.ndarray:
         """Whether each kernel may be the first of a run of ``sig``'s op."""
         key = id(sig)
         if key not in self._starts:
             self._starts[key] = np.ones(len(self.names), bool) if sig.follows is None else None
-        if self._starts[key] is None:
-            self._starts[key] = np.fromiter((sig.starts(n) for n in self.names), bool, len(self.names))
-        return self._starts[key][events]
+        starts = self._starts[key]
+        if starts is None:
+            starts = self._starts[key] = np.fromiter((sig.starts(n) for n in self.names), bool, len(self.names))
+        return cast(np.ndarray, starts[events])
 
     def own_name(self, op: str, events: np.ndarray) -> np.ndarray:
         """Whether each kernel's name names ``op`` as a word (``Sub`` in ``SubFunctor``, ``_sub_``)."""
@@ -251,7 +255,7 @@ class _KernelAligner:
         if len(todo):
             word = re.compile(rf"(?<![A-Za-z])(?:{re.escape(op)}|{re.escape(op.capitalize())})(?![a-z])")
             own[todo] = [2 if word.search(self.names[j]) else 1 for j in todo]
-        return own[events] == 2
+        return cast(np.ndarray, own[events] == 2)
 
     def align(self, ops: list[Node], kernels: np.ndarray, aux: set[Node] | None = None) -> dict[int, Node]:
         """Kernel index → node, for ``kernels`` in start order: the main stream against the main
@@ -266,10 +270,10 @@ class _KernelAligner:
         aux_rows = [r for r, n in enumerate(ops) if (n in aux if aux is not None else n.meta.get("aux_stream"))]
         if len(values) > 1 and aux_rows:
             main = values[np.argmax(counts)]
-            aux = set(aux_rows)
-            plans.append([([r for r in range(len(ops)) if r not in aux], kernels[streams == main]),
+            on_aux = set(aux_rows)
+            plans.append([([r for r in range(len(ops)) if r not in on_aux], kernels[streams == main]),
                           (aux_rows, kernels[streams != main])])
-        best: tuple[tuple, dict[int, Node]] = ((-1, NO), {})
+        best: tuple[tuple[int, float], dict[int, Node]] = ((-1, NO), {})
         for plan in plans:
             total, owner_of = 0.0, {}
             for rows, events in plan:
@@ -282,15 +286,15 @@ class _KernelAligner:
                 best = ((named, total), owner_of)
         return best[1]
 
-    def _run(self, sigs: list, names: list[str], events: np.ndarray) -> tuple[float, np.ndarray]:
+    def _run(self, sigs: list[Signature | None], names: list[str], events: np.ndarray) -> tuple[float, np.ndarray]:
         def score(i: int) -> np.ndarray:
             if sigs[i] is None:
                 return np.full(len(events), ORDER)
-            hit, typed = self.evidence(sigs[i], events)
+            hit, typed = self.evidence(cast(Signature, sigs[i]), events)  # a signature: checked above
             return np.where(hit, SIGNATURE + OWN_NAME * self.own_name(names[i], events), np.where(typed, TYPE, NO))
 
         def bonus(i: int) -> np.ndarray:
-            return FIRST * self.starters(sigs[i], events) if sigs[i] is not None else np.zeros(len(events))
+            return FIRST * self.starters(cast(Signature, sigs[i]), events) if sigs[i] is not None else np.zeros(len(events))
 
         owner, total = align_many(len(sigs), len(events), score, bonus, np.zeros(len(events)))
         return total, owner
@@ -344,6 +348,7 @@ def bind_trace_kernels(graph: Graph, trace: Trace, layer: int | None, phase: str
         owner_of = {j: n for j, n in owner_of.items() if n in mine}
         how["layer_from"] = "detect-layers" if layer is not None else "whole pass"
     else:
+        assert graph_layers is not None  # counted: ``full`` is given here
         if not 0 <= layer < graph_layers:
             raise LayercError(f"the graph has {graph_layers} layers; there is no layer {layer}", trace.source)
         everything = np.concatenate(split)
@@ -429,7 +434,7 @@ def outermost_ops(trace: Trace, start: int | None = None, end: int | None = None
     return top[np.argsort(c.start[top], kind="stable")], parent
 
 
-def _dims(text: str) -> tuple:
+def _dims(text: str) -> tuple[tuple[int, ...], ...]:
     try:
         dims = orjson.loads(text) if text else []
     except orjson.JSONDecodeError:
@@ -437,19 +442,19 @@ def _dims(text: str) -> tuple:
     return tuple(tuple(d) for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d))
 
 
-def _node_dims(n: Node) -> tuple:
-    shapes = []
+def _node_dims(n: Node) -> tuple[tuple[int, ...], ...]:
+    shapes: list[tuple[int, ...]] = []
     for v in _flat_values(n.args):
         t = v.type
         if isinstance(t, TensorType) and t.shape and all(isinstance(d, int) for d in t.shape):
-            shapes.append(tuple(t.shape))
+            shapes.append(tuple(cast("tuple[int, ...]", t.shape)))  # every dim an int: checked
     return tuple(shapes)
 
 
-def _flat_values(args) -> list[Value]:
+def _flat_values(args: Iterable[object]) -> list[Value]:
     """The values among ``args`` with repeats kept, as ``Input Dims`` lists them (``Node.inputs``
     holds each value once)."""
-    out = []
+    out: list[Value] = []
     for a in args:
         if isinstance(a, Value):
             out.append(a)
@@ -481,11 +486,11 @@ def bind_profile_ops(graph: Graph, trace: Trace, layer: int | None) -> Binding:
     names = trace.strings.lookup(c.name).astype(str)
     base = np.array([s.rsplit("::", 1)[-1] for s in names[top]], object)
     dims_text = trace.strings.lookup(c.input_dims[top]) if len(top) else np.array([], object)
-    ops = [n for n in (full if whole else graph).nodes if n.kind == OP and op_namespace(n.target or "") is not None]
+    ops = [n for n in (cast(Graph, full) if whole else graph).nodes if n.kind == OP and op_namespace(n.target or "") is not None]
     node_names = [op_name(n.target or "") for n in ops]
     vocab = {s: i for i, s in enumerate(sorted(set(base.tolist()) | set(node_names)))}
     op_ids = np.array([vocab[s] for s in base], np.int64)
-    dim_vocab: dict[tuple, int] = {}
+    dim_vocab: dict[tuple[tuple[int, ...], ...], int] = {}
     op_dims = np.array([dim_vocab.setdefault(_dims(str(t) if t is not None else ""), len(dim_vocab)) for t in dims_text], np.int64)
     node_ids = [vocab[s] for s in node_names]
     node_dims = [dim_vocab.get(_node_dims(n), -2) for n in ops]
@@ -561,13 +566,13 @@ def launched_kernels(trace: Trace, parent: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def _kernel_item(trace: Trace, j: int, op: str) -> dict:
+def _kernel_item(trace: Trace, j: int, op: str) -> dict[str, Any]:
     k = trace.kernels
     return {"kernel": trace.strings[int(k.short[j])], "full_name": trace.strings[int(k.name[j])],
             "duration_us": _us(k.end[j] - k.start[j]), "stream_id": int(k.stream[j]), "index": int(j), "op": op}
 
 
-def _profile_totals(trace: Trace, result: Binding, gpu: bool) -> dict:
+def _profile_totals(trace: Trace, result: Binding, gpu: bool) -> dict[str, Any]:
     """GPU profile: the kernels of the window's ops, bound or not (host-only ops have no GPU
     time); CPU profile: the outermost bound ops, on no stream."""
     if not gpu:

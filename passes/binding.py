@@ -26,13 +26,13 @@ BUILTIN = Path(__file__).with_name("data") / "bindings.toml"
 
 @dataclass(frozen=True)
 class Signature:
-    op: re.Pattern
-    kernels: re.Pattern  #: any of the entry's kernel regexes (searched)
+    op: re.Pattern[str]
+    kernels: re.Pattern[str]  #: any of the entry's kernel regexes (searched)
     types: frozenset[str]
     launches: tuple[str, ...]
     fusible: bool = False  #: pointwise: a compiler may fuse it with its neighbours into one kernel
-    exclude: re.Pattern | None = None  #: names that look like the op's kernels but are not (a fill is no add)
-    follows: re.Pattern | None = None  #: kernels that only follow another of the op's (split-K reduce): never its first
+    exclude: re.Pattern[str] | None = None  #: names that look like the op's kernels but are not (a fill is no add)
+    follows: re.Pattern[str] | None = None  #: kernels that only follow another of the op's (split-K reduce): never its first
 
     def starts(self, kernel: str) -> bool:
         """Whether the kernel may be the first the op launches."""
@@ -44,7 +44,7 @@ class Signature:
 
 
 class SignatureTable:
-    def __init__(self, views: re.Pattern, entries: list[Signature], source: str):
+    def __init__(self, views: re.Pattern[str], entries: list[Signature], source: str):
         self.views = views
         self.entries = entries
         self.source = source
@@ -72,20 +72,20 @@ def signature_table(path: str | None = None) -> SignatureTable:
         raise LayercError(f"invalid TOML: {e}", str(file)) from None
     views = _regex(file, "views.ops", "".join((data.get("views") or {}).get("ops", "(?!)").split()))
     entries = []
-    for i, e in enumerate(data.get("op") or []):
+    for i, spec in enumerate(data.get("op") or []):
         where = f"op[{i}]"
-        if not isinstance(e, dict) or not isinstance(e.get("op"), str) or not isinstance(e.get("kernels"), list):
+        if not isinstance(spec, dict) or not isinstance(spec.get("op"), str) or not isinstance(spec.get("kernels"), list):
             raise LayercError(f"{where}: an entry needs 'op' (a regex) and 'kernels' (a list of regexes)", str(file))
-        kernels = "|".join(f"(?:{k})" for k in e["kernels"]) or "(?!)"
-        exclude = _regex(file, f"{where}.exclude", "|".join(f"(?:{x})" for x in e["exclude"])) if e.get("exclude") else None
-        follows = _regex(file, f"{where}.follows", "|".join(f"(?:{x})" for x in e["follows"])) if e.get("follows") else None
-        entries.append(Signature(_regex(file, f"{where}.op", e["op"]), _regex(file, f"{where}.kernels", kernels),
-                                 frozenset(e.get("types", ())), tuple(e.get("launches", ())), bool(e.get("fusible", False)),
+        kernels = "|".join(f"(?:{k})" for k in spec["kernels"]) or "(?!)"
+        exclude = _regex(file, f"{where}.exclude", "|".join(f"(?:{x})" for x in spec["exclude"])) if spec.get("exclude") else None
+        follows = _regex(file, f"{where}.follows", "|".join(f"(?:{x})" for x in spec["follows"])) if spec.get("follows") else None
+        entries.append(Signature(_regex(file, f"{where}.op", spec["op"]), _regex(file, f"{where}.kernels", kernels),
+                                 frozenset(spec.get("types", ())), tuple(spec.get("launches", ())), bool(spec.get("fusible", False)),
                                  exclude, follows))
     return SignatureTable(views, entries, str(file))
 
 
-def _regex(file: Path, where: str, text: str) -> re.Pattern:
+def _regex(file: Path, where: str, text: str) -> re.Pattern[str]:
     try:
         return re.compile(text)
     except re.error as e:

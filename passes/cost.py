@@ -60,14 +60,14 @@ from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, Callable, ClassVar, Iterable, Mapping, cast
 
 from layerc.grammar.config_files import ConfigFile, finite_number, read_toml_config, shown
 from layerc.grammar.decoder_layer import MAX_TENSOR_BYTES
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.graph import OP, Module, Node, Value, Weight
+from layerc.ir.graph import OP, Graph, Module, Node, Value, Weight
 from layerc.ir.targets import op_name
-from layerc.ir.types import OpaqueType, TensorType, TupleType, element_bytes
+from layerc.ir.types import Dim, OpaqueType, TensorType, TupleType, Type, element_bytes
 from layerc.passes.base import Context, ModulePass, node_op_name
 
 MODES = ("roofline", "no-overlap")
@@ -164,7 +164,7 @@ def load_hardware(spec: str) -> Hardware:
     return _hardware(f, tables[0], defaults, source=f.path)
 
 
-def _hardware(f: ConfigFile, key: str, defaults: dict, source: str | None) -> Hardware:
+def _hardware(f: ConfigFile, key: str, defaults: dict[str, Any], source: str | None) -> Hardware:
     table = f.doc[key]
     doc = {**defaults, **table}
 
@@ -204,7 +204,7 @@ def _hardware(f: ConfigFile, key: str, defaults: dict, source: str | None) -> Ha
     return Hardware(
         key=key,
         name=str(doc.get("name", key)),
-        matrix_tflops={_precision(k): finite_number(v) for k, v in peaks.items()},
+        matrix_tflops={_precision(k): cast(float, finite_number(v)) for k, v in peaks.items()},  # checked above
         vector_tflops=rate("vector_tflops"),
         hbm_gbps=rate("hbm_gbps"),
         interconnect_gbps=rate("interconnect_gbps", required=False),
@@ -217,15 +217,16 @@ def _hardware(f: ConfigFile, key: str, defaults: dict, source: str | None) -> Ha
     )
 
 
-def _steps(doc: dict, k: str, bad) -> Steps:
+def _steps(doc: dict[str, Any], k: str, bad: Callable[[str, str], LayercError]) -> Steps:
     v = doc.get(k, [[0, 1.0]])
     pairs = [tuple(finite_number(x) for x in p) if isinstance(p, list) and len(p) == 2 else (None, None)
              for p in v] if isinstance(v, list) else []
     ok = pairs and all(a is not None and b is not None and a >= 0 and MIN_RATE <= b <= 1 for a, b in pairs)
-    if not ok or [a for a, _ in pairs] != sorted(a for a, _ in pairs):
+    steps = cast("list[tuple[float, float]]", pairs)  # read below only when ``ok``: pairs of numbers
+    if not ok or [a for a, _ in steps] != sorted(a for a, _ in steps):
         raise bad(f"'{k}' must be ascending [threshold, efficiency] pairs of finite numbers with "
                   f"{MIN_RATE:g} <= efficiency <= 1", k)
-    return tuple(pairs)
+    return tuple(steps)
 
 
 # -- op kinds -----------------------------------------------------------------------------------
@@ -274,6 +275,12 @@ def op_kind(node: Node) -> str | None:
     return None
 
 
+#: a closed form's count: (FLOPs, bytes, the dtype of a matrix op's operands or None)
+Counts = tuple[int, int, str | None]
+#: the closed form of an op kind
+Formula = Callable[["CostModel", Node], Counts]
+
+
 @dataclass(frozen=True)
 class OpCost:
     kind: str
@@ -311,17 +318,17 @@ MAX_COUNT = MAX_TENSOR_BYTES
 MAX_NS = 2**62
 
 
-def _tensor(v) -> TensorType | None:
+def _tensor(v: object) -> TensorType | None:
     t = getattr(v, "type", None)
     return t if isinstance(t, TensorType) and t.shape is not None and all(isinstance(d, int) for d in t.shape) else None
 
 
-def _dtype(v) -> str | None:
+def _dtype(v: object) -> str | None:
     t = getattr(v, "type", None)
     return t.dtype if isinstance(t, TensorType) else None
 
 
-def nbytes(v) -> int:
+def nbytes(v: object) -> int:
     """Bytes of a tensor value (0 for anything else, and for sizes with symbols that have no
     value); a multi-output value is its elements' sum."""
     t = getattr(v, "type", None)
@@ -330,18 +337,23 @@ def nbytes(v) -> int:
     return _type_bytes(t)
 
 
-def _type_bytes(t) -> int:
+def _type_bytes(t: object) -> int:
     if not isinstance(t, TensorType) or t.numel is None:
         return 0
     return t.numel * (element_bytes(t.dtype) or 0)
 
 
-def numel(v) -> int:
+def numel(v: object) -> int:
     t = _tensor(v)
-    return t.numel if t is not None else 0
+    return cast(int, t.numel) if t is not None else 0  # ``_tensor``: every dim is an int
 
 
-def shape(v, rank: int | tuple[int, ...] | None = None, min_rank: int = 0) -> tuple[int, ...]:
+def _concrete(t: TensorType) -> tuple[int, ...]:
+    """The shape of a tensor type ``_tensor`` gave: there, every dim is an int."""
+    return cast("tuple[int, ...]", t.shape)
+
+
+def shape(v: object, rank: int | tuple[int, ...] | None = None, min_rank: int = 0) -> tuple[int, ...]:
     """The concrete shape of ``v``: a LayercError when it has none (no shape in the input, a
     symbol with no value) or not the rank a closed form needs (``op_cost`` places it at the op)."""
     t = _tensor(v)
@@ -354,10 +366,10 @@ def shape(v, rank: int | tuple[int, ...] | None = None, min_rank: int = 0) -> tu
                               f"{', '.join(symbols) or 'its symbolic size'} (simulate: --sym NAME=N)")
         raise LayercError(f"{name} has no shape in the input: the cost pass needs real shapes")
     ranks = (rank,) if isinstance(rank, int) else rank
-    if (ranks is not None and len(t.shape) not in ranks) or len(t.shape) < min_rank:
+    if (ranks is not None and len(_concrete(t)) not in ranks) or len(_concrete(t)) < min_rank:
         want = " or ".join(map(str, ranks)) if ranks is not None else f"at least {min_rank}"
         raise Unclear(f"{name} has shape {t.shape_text()}: the closed form needs rank {want}")
-    return t.shape  # type: ignore[return-value]
+    return _concrete(t)
 
 
 class Unclear(LayercError):
@@ -378,12 +390,12 @@ def _operands(node: Node, count: int) -> list[Value]:
     return ins[:count]
 
 
-def _positional_tensors(node: Node) -> list:
+def _positional_tensors(node: Node) -> list[Value | None]:
     """Top-level positional arguments that are tensors or None, in order (``v`` may be None)."""
     return [a for a in node.args if a is None or (isinstance(a, Value) and isinstance(a.type, TensorType))]
 
 
-def _rows(v) -> int:
+def _rows(v: object) -> int:
     """The rows of ``v`` as a matrix: every dim but the last multiplied (tokens, for activations)."""
     rows = 1
     for d in shape(v, min_rank=1)[:-1]:
@@ -405,7 +417,7 @@ def _check_sizes(node: Node) -> None:
 # -- symbolic sizes --------------------------------------------------------------------------------
 _SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Functions sympy prints in torch's symbolic sizes, with their integer meaning.
-_SIZE_FUNCTIONS = {
+_SIZE_FUNCTIONS: dict[str, Callable[..., Fraction | int]] = {
     "Max": max, "Min": min, "max": max, "min": min, "Abs": abs,
     "floor": math.floor, "ceiling": math.ceil, "FloorToInt": math.floor, "CeilToInt": math.ceil,
     "FloorDiv": lambda a, b: a // b, "CeilDiv": lambda a, b: -(-a // b), "Mod": lambda a, b: a % b,
@@ -415,7 +427,7 @@ _SIZE_FUNCTIONS = {
 _SIZE_BITS = 256
 
 
-def parse_symbol_values(items) -> dict[str, int]:
+def parse_symbol_values(items: Iterable[str]) -> dict[str, int]:
     """``NAME=N`` texts (a symbol and its whole value, 0 to 2**63-1) as a dict; ValueError otherwise."""
     values: dict[str, int] = {}
     for item in items:
@@ -436,7 +448,7 @@ class _NoValue(Exception):
     """A size expression that has no integer value under the given symbols."""
 
 
-def evaluate_dim(expr: str, values) -> int | None:
+def evaluate_dim(expr: str, values: Mapping[str, int]) -> int | None:
     """The size a symbolic dim's text has (as sympy prints it: ``s70*s72``, ``s72 + 1``, ``2*s77``,
     ``Max(1, s0)``, ``(s0 + 63)//64``) under ``values``; None when a symbol has no value, the text is
     no such expression, or the result is no size (negative, past 2**63-1, not whole)."""
@@ -452,7 +464,7 @@ def evaluate_dim(expr: str, values) -> int | None:
     return int(value)
 
 
-def _evaluate(node: ast.AST, values) -> Fraction:
+def _evaluate(node: ast.AST, values: Mapping[str, int]) -> Fraction:
     """One node of a size expression, exactly (divisions as fractions), within :data:`_SIZE_BITS`."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         out = Fraction(node.value)
@@ -492,30 +504,35 @@ def _binary(op: ast.operator, a: Fraction, b: Fraction) -> Fraction:
     raise _NoValue("operator")
 
 
-def token_dims(graph) -> tuple:
+def token_dims(graph: Graph) -> tuple[Dim, ...]:
     """The token dims of a layer graph, ``(batch, tokens per sequence)`` or ``(tokens,)``: the
     leading dims of a ``[B, S, H]`` view of the stream the graph's weight GEMMs read — a layer
     input (placeholder) or a GEMM activation of rank 3 whose last dim is such a GEMM's ``H`` — else
     of the first weight GEMM's activation (flattened tokens); () when no GEMM reads a weight."""
-    acts = []
+    acts: list[Value] = []
     for n in graph.nodes:
         if n.kind == OP and op_kind(n) == "gemm":
             ins = _tensor_inputs(n)
-            act = [v for v in ins if not isinstance(v, Weight) and v.type.shape]
+            act = [v for v in ins if not isinstance(v, Weight) and cast(TensorType, v.type).shape]  # tensor inputs
             if act and any(isinstance(v, Weight) for v in ins):
                 acts.append(act[0])
     if not acts:
         return ()
-    hidden = {a.type.shape[-1] for a in acts}
+    hidden = {_known_shape(a)[-1] for a in acts}
     for v in (*graph.placeholders, *acts):
         t = v.type
         if isinstance(t, TensorType) and t.shape is not None and len(t.shape) == 3 and t.shape[-1] in hidden:
             return tuple(t.shape[:2])
-    return tuple(acts[0].type.shape[:-1])
+    return tuple(_known_shape(acts[0])[:-1])
+
+
+def _known_shape(v: Value) -> tuple[Dim, ...]:
+    """The shape of a tensor value that has one (``token_dims`` keeps only those)."""
+    return cast("tuple[Dim, ...]", cast(TensorType, v.type).shape)
 
 
 @dataclass(frozen=True)
-class SpecializeShapes(ModulePass):
+class SpecializeShapes(ModulePass[Module]):
     """Symbolic sizes as integers, from values given for their symbols (``s72=8``), so that the
     cost pass sees real shapes: every dim of every value's type whose expression has a value under
     them. A dim with a symbol that has none stays symbolic and the pass names the symbol in a
@@ -525,7 +542,7 @@ class SpecializeShapes(ModulePass):
 
     values: tuple[str, ...] = ()  #: ``NAME=N`` each
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         parse_symbol_values(self.values)  # a ValueError: the pipeline's option error
 
     def apply(self, ctx: Context, module: Module) -> None:
@@ -534,7 +551,7 @@ class SpecializeShapes(ModulePass):
         unbound: set[str] = set()
         memo: dict[str, int | None] = {}
 
-        def dim(d):
+        def dim(d: Dim) -> Dim:
             if isinstance(d, int):
                 return d
             seen.update(d.symbols)
@@ -543,9 +560,9 @@ class SpecializeShapes(ModulePass):
             if memo[d.expr] is None:
                 unbound.update(s for s in d.symbols if s not in values)
                 return d
-            return memo[d.expr]
+            return cast(int, memo[d.expr])  # a value: checked above
 
-        def specialize(t):
+        def specialize(t: Type) -> Type:
             if isinstance(t, TensorType) and t.shape is not None and not all(isinstance(d, int) for d in t.shape):
                 return TensorType(tuple(dim(d) for d in t.shape), t.dtype)
             if isinstance(t, TupleType):
@@ -572,7 +589,7 @@ MAX_TP = 65536
 
 
 @dataclass(frozen=True)
-class CostModel(ModulePass):
+class CostModel(ModulePass[Module]):
     """Per-op FLOPs, bytes and roofline time with launch overhead on a hardware preset."""
 
     name: ClassVar[str] = "cost"
@@ -583,7 +600,7 @@ class CostModel(ModulePass):
     tp: int = 1  #: tensor-parallel size, for collectives
     mode: str = "roofline"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
         if not 1 <= self.tp <= MAX_TP or not 0 <= self.kv_len <= MAX_COUNT:
@@ -636,7 +653,7 @@ class CostModel(ModulePass):
             ctx.warn("cost: the graph has collectives but tp=1: they cost only their launch (set tp)")
 
     # -- one op ------------------------------------------------------------------------------
-    def op_cost(self, node: Node, hw: Hardware, unknown: set | None = None, unclear: list | None = None) -> OpCost:
+    def op_cost(self, node: Node, hw: Hardware, unknown: set[str] | None = None, unclear: list[str] | None = None) -> OpCost:
         """The op's cost; one whose shapes its closed form cannot read is an unknown cost, its
         reason added to ``unclear``."""
         kind = op_kind(node)
@@ -665,7 +682,8 @@ class CostModel(ModulePass):
         if kind == "collective":
             return _within_time(node, hw, self._collective(node, hw, flops, moved))
         if kind in MATRIX_KINDS:
-            peak = hw.matrix_peak(dtype) * efficiency(hw.matrix_efficiency, flops / 1e9)
+            # a matrix op's closed form gives its dtype
+            peak = hw.matrix_peak(cast(str, dtype)) * efficiency(hw.matrix_efficiency, flops / 1e9)
         else:
             peak = hw.vector_tflops * 1e12 * efficiency(hw.vector_efficiency, flops / 1e9)
         compute = flops / peak * 1e9 if flops else 0.0
@@ -687,7 +705,7 @@ class CostModel(ModulePass):
         return OpCost("collective", flops, moved, busy + overhead, 0.0, busy, overhead, "communication")
 
     # -- closed forms: (FLOPs, bytes, matrix dtype) ------------------------------------------
-    def _gemm(self, node: Node):
+    def _gemm(self, node: Node) -> Counts:
         ins = _tensor_inputs(node)
         k = shape(_operands(node, 1)[0], min_rank=1)[-1]
         out = math.prod(shape(node)) if isinstance(node.type, TensorType) else _out_numel(node)
@@ -696,7 +714,7 @@ class CostModel(ModulePass):
             flops += out  # bias
         return flops, _io(node), _lowest(ins[:2])
 
-    def _attention(self, node: Node):
+    def _attention(self, node: Node) -> Counts:
         name = node_op_name(node)
         if "mla" in name and "with_cache" in name:
             return self._mla_with_cache(node)
@@ -726,7 +744,7 @@ class CostModel(ModulePass):
         moved = sum(nbytes(x) for x in (q, k, v) if x is not None) + nbytes(node)
         return flops, moved, _dtype(q)
 
-    def _paged_attention(self, node: Node):
+    def _paged_attention(self, node: Node) -> Counts:
         """``q, k, v`` the new rows, the cache and the batch's metadata among the other inputs.
         Only tokens and per-token widths matter (``Hq·d``, ``Hkv·d``...), so the layouts are read as
         tokens × width: ``[B, S, H, d]``; ``[B, S, H·d]`` and ``[T, H·d]`` (heads flattened, as
@@ -742,6 +760,7 @@ class CostModel(ModulePass):
             raise Unclear(f"q has shape {_dims(qs)}: the closed form reads rank 2, 3 or 4")
         lead = 2 if len(qs) == 4 else 1 if len(qs) == 2 else self._lead3(node, qs)
         tokens = math.prod(qs[:lead])
+        b: int | None  # the sequences (None: no metadata says)
         if lead == 2:
             b, s = qs[0], qs[1]
         else:  # T tokens: the batch's metadata says how many sequences
@@ -767,7 +786,7 @@ class CostModel(ModulePass):
         return flops, moved, _dtype(q)
 
     @staticmethod
-    def _lead3(node: Node, qs: tuple) -> int:
+    def _lead3(node: Node, qs: tuple[int, ...]) -> int:
         """How many leading dims of a 3-D q count tokens: 1 for ``[T, H, d]``, 2 for ``[B, S, H·d]``,
         told apart by the head size of the cache (its last dim)."""
         d = _cache_head_dim(node)
@@ -780,7 +799,7 @@ class CostModel(ModulePass):
             return 2
         raise Unclear(f"q {_dims(qs)}: its last dim is neither the cache's head size {d} nor a multiple of it")
 
-    def _mla_with_cache(self, node: Node):
+    def _mla_with_cache(self, node: Node) -> Counts:
         """``q_nope [B,S,H,P], q_pe [B,S,H,R], ckv [B,S,C], kpe [B,S,1,R], kv_b weight [H(P+V), C]``."""
         q_nope, q_pe, ckv, kpe, kv_b = _operands(node, 5)
         b, s, h, p = shape(q_nope, rank=4)
@@ -791,7 +810,7 @@ class CostModel(ModulePass):
         moved = sum(nbytes(x) for x in (q_nope, q_pe, ckv, kpe, kv_b)) + nbytes(node) + b * (kv_len + s) * (c + r) * e
         return flops, moved, _dtype(q_nope)
 
-    def _metadata(self, node: Node):
+    def _metadata(self, node: Node) -> Counts:
         """Index arithmetic for the attention ops (page tables, positions): no FLOPs worth counting,
         one pass over its inputs and results."""
         return 0, _io(node), None
@@ -802,7 +821,7 @@ class CostModel(ModulePass):
                               f"give kv-len (simulate: --seq-len)", loc=node.loc)
         return self.kv_len + new
 
-    def _moe(self, node: Node):
+    def _moe(self, node: Node) -> Counts:
         x, ids, weights, w13, w2 = _operands(node, 5)
         t, hidden = _rows(x), shape(x, min_rank=1)[-1]
         k = shape(ids, min_rank=1)[-1]
@@ -816,7 +835,7 @@ class CostModel(ModulePass):
                  + t * k * (2 * n1 + 2 * inter + hidden) * act)
         return flops, _whole(node, moved), _lowest([x, w13])
 
-    def _fused_mlp(self, node: Node):
+    def _fused_mlp(self, node: Node) -> Counts:
         """``x [.., H], w_gate_up [2I, H], w_down [H, I]`` (a SwiGLU MLP in one op)."""
         x, w13, w2 = _operands(node, 3)
         m, hidden = _rows(x), shape(x, min_rank=1)[-1]
@@ -825,7 +844,7 @@ class CostModel(ModulePass):
         flops = 2 * m * n1 * hidden + 2 * m * inter * hidden + FLOPS_PER_ELEMENT["silu"] * m * inter
         return flops, _io(node) + m * (2 * n1 + 2 * inter) * act, _lowest([x, w13])
 
-    def _rope(self, node: Node):
+    def _rope(self, node: Node) -> Counts:
         """Rotating the tensors: cos/sin given per token count as they are; a whole cos/sin cache
         table (AutoDeploy's rope ops read ``[max_positions, d]`` with position ids) counts only the
         rows of the tokens' positions."""
@@ -836,34 +855,34 @@ class CostModel(ModulePass):
         moved = nbytes(node)
         for v in ins:
             if tokens and numel(v) > out and len(shape(v)) == 2:
-                moved += tokens * shape(v)[-1] * (element_bytes(_dtype(v)) or 4)
+                moved += tokens * shape(v)[-1] * (element_bytes(cast(str, _dtype(v))) or 4)  # a tensor: it has a dtype
             else:
                 moved += nbytes(v)
         return FLOPS_PER_ELEMENT["rope"] * out, moved, None
 
-    def _router(self, node: Node):
+    def _router(self, node: Node) -> Counts:
         """Top-k routing: a fixed FLOP count per router logit (score function, group and top-k
         selection), one pass over the logits, bias and results."""
         logits = _operands(node, 1)[0]
         return FLOPS_PER_ELEMENT["router"] * numel(logits), _io(node), None
 
-    def _kv_cache(self, node: Node):
+    def _kv_cache(self, node: Node) -> Counts:
         new = [a for a in (node.args[1] if len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) else node.inputs[1:])
                if isinstance(a, Value)]
         return 0, 2 * sum(nbytes(a) for a in new), None
 
-    def _act(self, node: Node):
+    def _act(self, node: Node) -> Counts:
         name = node_op_name(node)
         per = next((v for k, v in FLOPS_PER_ELEMENT.items() if k in name and k in ("silu", "gelu", "relu", "sigmoid", "tanh")), 4)
         if "and_mul" in name:
             per += 1
         return per * _out_numel(node), _io(node), None
 
-    def _elementwise(self, node: Node):
+    def _elementwise(self, node: Node) -> Counts:
         per = 0 if node_op_name(node) in _COPIES else 1
         return per * _out_numel(node), _io(node), None
 
-    def _collective_io(self, node: Node):
+    def _collective_io(self, node: Node) -> Counts:
         ins = _tensor_inputs(node)
         flops = numel(ins[0]) if ins else 0  # the reduction's adds
         if "norm" in node_op_name(node):
@@ -872,7 +891,7 @@ class CostModel(ModulePass):
 
 
 # -- limits -----------------------------------------------------------------------------------------
-def _require_shapes(graph) -> None:
+def _require_shapes(graph: Graph) -> None:
     """A graph whose values carry no shapes at all (torch.fx's own print) cannot be costed: say so
     once, at the graph, rather than at its first op."""
     values = [*graph.weights.values(), *graph.nodes]
@@ -891,7 +910,7 @@ def _whole(node: Node, x: float) -> int:
     return int(x)
 
 
-def _count(node: Node, what: str, n) -> int:
+def _count(node: Node, what: str, n: float) -> int:
     """An op's FLOPs or bytes, within :data:`MAX_COUNT` (64-bit counters)."""
     n = _whole(node, n) if isinstance(n, float) else n
     if n > MAX_COUNT:
@@ -907,7 +926,7 @@ def _within_time(node: Node, hw: Hardware, c: OpCost) -> OpCost:
     return c
 
 
-def _check_totals(graph, totals: dict, hw: Hardware) -> None:
+def _check_totals(graph: Graph, totals: dict[str, Any], hw: Hardware) -> None:
     """The layer's sums within the same limits as one op's (the schedule adds op times up)."""
     if totals["flops"] > MAX_COUNT or totals["bytes"] > MAX_COUNT or not totals["time_ns"] < MAX_NS:
         raise LayercError(f"graph '{graph.name}' counts {magnitude(totals['flops'])} FLOPs, {magnitude(totals['bytes'])} "
@@ -915,14 +934,14 @@ def _check_totals(graph, totals: dict, hw: Hardware) -> None:
                           f"simulation works in", loc=graph.loc)
 
 
-def magnitude(x) -> str:
+def magnitude(x: float) -> str:
     """A count for a message: ``1.2e+21``, or ``2**6645`` when it is too large for a float."""
     if isinstance(x, int) and x.bit_length() > 1000:
         return f"~2**{x.bit_length() - 1}"
     return f"{x:.3g}"
 
 
-def _vector(kind: str):
+def _vector(kind: str) -> Formula:
     """The closed form of a vector op: a fixed FLOP count per output element, one pass of memory."""
     per_element = FLOPS_PER_ELEMENT[kind]
     return lambda self, node: (per_element * _out_numel(node), _io(node), None)
@@ -940,13 +959,13 @@ def _io(node: Node) -> int:
     return sum(nbytes(v) for v in _tensor_inputs(node)) + nbytes(node)
 
 
-def _lowest(values) -> str:
+def _lowest(values: Iterable[object]) -> str:
     """The narrowest dtype among GEMM operands: fp8 weights run at the fp8 peak."""
-    dtypes = [_dtype(v) for v in values if _dtype(v)]
+    dtypes = [cast(str, _dtype(v)) for v in values if _dtype(v)]
     return min(dtypes, key=lambda d: element_bytes(d) or 8) if dtypes else "torch.bfloat16"
 
 
-def _dims(shape_: tuple) -> str:
+def _dims(shape_: tuple[int, ...]) -> str:
     return "x".join(map(str, shape_)) if shape_ else "scalar"
 
 
@@ -970,14 +989,14 @@ def _sequences(node: Node) -> int | None:
     ``cu_seqlen`` offsets, one more); None when no input says."""
     for v in _tensor_inputs(node):
         t = _tensor(v)
-        if t is None or len(t.shape) != 1 or not (t.dtype or "").startswith("torch.int"):
+        if t is None or len(_concrete(t)) != 1 or not (t.dtype or "").startswith("torch.int"):
             continue
         if _SEQ_LEN.search(v.name):
-            return t.shape[0]
+            return _concrete(t)[0]
     for v in _tensor_inputs(node):
         t = _tensor(v)
-        if t is not None and len(t.shape) == 1 and (t.dtype or "").startswith("torch.int") and _CU_SEQ_LEN.search(v.name):
-            return t.shape[0] - 1
+        if t is not None and len(_concrete(t)) == 1 and (t.dtype or "").startswith("torch.int") and _CU_SEQ_LEN.search(v.name):
+            return _concrete(t)[0] - 1
     return None
 
 
@@ -986,8 +1005,8 @@ def _cache_head_dim(node: Node) -> int | None:
     ``[pages, page, Hkv, d]``), the first input past q, k, v of rank 4 or more."""
     for v in _tensor_inputs(node)[3:]:
         t = _tensor(v)
-        if t is not None and len(t.shape) >= 4 and not (t.dtype or "").startswith("torch.int"):
-            return t.shape[-1]
+        if t is not None and len(_concrete(t)) >= 4 and not (t.dtype or "").startswith("torch.int"):
+            return _concrete(t)[-1]
     return None
 
 
@@ -1008,7 +1027,7 @@ def expected_active_experts(experts: int, top_k: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - min(top_k, experts) / experts) ** tokens)
 
 
-_FORMULAS = {
+_FORMULAS: dict[str, Formula] = {
     "gemm": CostModel._gemm,
     "attention": CostModel._attention,
     "moe": CostModel._moe,

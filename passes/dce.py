@@ -31,7 +31,7 @@ def has_effects(node: Node) -> bool:
 
 
 @dataclass(frozen=True)
-class DeadCodeElimination(ModulePass):
+class DeadCodeElimination(ModulePass[Module]):
     """Remove ops whose results are unused and that have no effects."""
 
     name: ClassVar[str] = "dce"
@@ -47,7 +47,7 @@ class DeadCodeElimination(ModulePass):
 
 
 @dataclass(frozen=True)
-class StripUnusedWeights(ModulePass):
+class StripUnusedWeights(ModulePass[Module]):
     """Forget weights that no node reads (after dce, or after slicing a graph)."""
 
     name: ClassVar[str] = "strip-unused-weights"

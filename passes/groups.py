@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import ClassVar
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, Graph, Module, Node, Value, Weight
@@ -63,7 +63,7 @@ def _weights_group(node: Node) -> tuple[str | None, str | None]:
     names = [short_weight_name(w.name) for w in node.inputs if isinstance(w, Weight)]
     if not names:
         return None, None
-    votes: Counter = Counter()
+    votes: Counter[str] = Counter()
     for n in names:
         if _W_GDN.search(n):
             votes["gdn"] += 1
@@ -175,7 +175,7 @@ def infer_groups(nodes: list[Node]) -> None:
             n.meta.pop("aux_stream", None)
 
 
-def _nearest(n: Node, inside: set, group: dict, direction: str) -> list[str]:
+def _nearest(n: Node, inside: set[Node], group: dict[Node, str], direction: str) -> list[str]:
     """Groups of the closest classified ops upstream (``up``) or downstream (``down``) of n."""
     found: list[str] = []
     seen: set[Value] = {n}
@@ -190,7 +190,7 @@ def _nearest(n: Node, inside: set, group: dict, direction: str) -> list[str]:
                 if y in group:
                     found.append(group[y])
                 else:
-                    nxt.append(cast(Node, y))  # in ``inside``: one of the layer's ops
+                    nxt.append(y)
         frontier = nxt
     return found
 
@@ -215,7 +215,7 @@ def _between(n: Node, producers: list[str], consumers: list[str]) -> str:
     return "other"
 
 
-def _attention_branches(members: list[Node], group: dict, sub: dict) -> None:
+def _attention_branches(members: list[Node], group: dict[Node, str], sub: dict[Node, str]) -> None:
     """q_branch / kv_branch: what feeds the attention op's q inputs, and its k/v inputs."""
     attn = {"attention", "mla"}
     for op in members:
@@ -241,7 +241,7 @@ _W_Q = re.compile(r"(^|_)(q_proj|q_a_proj|q_b_proj|q_a_layernorm|q_norm|wq_a|wq_
 _W_KV = re.compile(r"(^|_)(k_proj|v_proj|kv_a_proj_with_mqa|kv_a_proj|kv_b_proj|kv_a_layernorm|k_norm|wkv)(_weight|_bias)?$")
 
 
-def _branches_from_projections(members: list[Node], group: dict, sub: dict, attn: set) -> None:
+def _branches_from_projections(members: list[Node], group: dict[Node, str], sub: dict[Node, str], attn: set[str]) -> None:
     """Without an attention op (eager graphs): the q and k/v projections start the branches,
     which run forward until they meet (the score matmul)."""
     branch: dict[Node, str] = {}
@@ -262,7 +262,7 @@ def _branches_from_projections(members: list[Node], group: dict, sub: dict, attn
         sub.setdefault(n, b)
 
 
-def _feeders(op: Node, positions: tuple[int, ...], group: dict, attn: set) -> set[Node]:
+def _feeders(op: Node, positions: tuple[int, ...], group: dict[Node, str], attn: set[str]) -> set[Node]:
     """Attention-group ops upstream of the given arguments; through a RoPE op, only the side
     (q: argument 0, k: argument 1) that the getitem index selects."""
     out: set[Node] = set()
@@ -283,7 +283,7 @@ def _feeders(op: Node, positions: tuple[int, ...], group: dict, attn: set) -> se
     return out
 
 
-def _ffn_subgroups(members: list[Node], group: dict, sub: dict) -> None:
+def _ffn_subgroups(members: list[Node], group: dict[Node, str], sub: dict[Node, str]) -> None:
     """moe_router before the experts op, moe_experts from it on; an MLP beside experts is shared."""
     moe = [n for n in members if group[n] == "moe"]
     if not moe:
@@ -304,7 +304,7 @@ def _ffn_subgroups(members: list[Node], group: dict, sub: dict) -> None:
             sub[n] = "shared_experts"
 
 
-def _mixer_subgroups(members: list[Node], group: dict, sub: dict, mixer: str | None) -> None:
+def _mixer_subgroups(members: list[Node], group: dict[Node, str], sub: dict[Node, str], mixer: str | None) -> None:
     if mixer is None:
         return
     for n in members:
@@ -323,20 +323,19 @@ def _mixer_subgroups(members: list[Node], group: dict, sub: dict, mixer: str | N
                     break
 
 
-def _reach(starts: list[Node], direction: str, within: set) -> set[Node]:
+def _reach(starts: list[Node], direction: str, within: set[Node]) -> set[Node]:
     seen: set[Node] = set()
     stack = list(starts)
     while stack:
         x = stack.pop()
         for y in (x.users if direction == "down" else x.inputs):
             if y in within and y not in seen:
-                op = cast(Node, y)  # in ``within``: ops only
-                seen.add(op)
-                stack.append(op)
+                seen.add(y)
+                stack.append(y)
     return seen
 
 
-def aux_regions(members: list[Node], inside: set) -> dict[Node, str]:
+def aux_regions(members: list[Node], inside: set[Node]) -> dict[Node, str]:
     """Ops on the auxiliary CUDA stream: after a begin marker, up to the end markers it reaches
     before any other region begins."""
     region: dict[Node, str] = {}
@@ -363,7 +362,7 @@ def aux_regions(members: list[Node], inside: set) -> dict[Node, str]:
 
 
 @dataclass(frozen=True)
-class InferGroups(ModulePass):
+class InferGroups(ModulePass[Module]):
     """Name the part of its layer each op is (meta 'group', 'sub_group', 'aux_stream')."""
 
     name: ClassVar[str] = "infer-groups"
@@ -384,5 +383,5 @@ class InferGroups(ModulePass):
                 infer_groups(nodes)
 
 
-def graph_groups(graph: Graph) -> Counter:
+def graph_groups(graph: Graph) -> Counter[str | None]:
     return Counter(n.meta.get("group") for n in graph.nodes if n.kind == OP)

@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from layerc.ir.diagnostics import LayercError
 
@@ -38,8 +39,8 @@ class KernelKind:
 @dataclass(frozen=True)
 class _Family:
     name: str
-    match: re.Pattern
-    short: re.Pattern | None
+    match: re.Pattern[str]
+    short: re.Pattern[str] | None
     node: bool
     skip: frozenset[str]
     aten: dict[str, str]
@@ -47,7 +48,7 @@ class _Family:
 
 
 class KernelCalls:
-    def __init__(self, doc: dict, source: str):
+    def __init__(self, doc: dict[str, Any], source: str):
         self.families: list[_Family] = []
         for i, f in enumerate(doc.get("family", [])):
             unknown = set(f) - _FAMILY_KEYS
@@ -62,7 +63,7 @@ class KernelCalls:
         tensor = doc.get("tensor", {})
         self.tensor_methods = frozenset(tensor.get("methods", ()))
         self.no_aten = frozenset(tensor.get("no_aten", ()))
-        self.categories = [(c["name"], re.compile(c["match"])) for c in doc.get("category", [])]
+        self.categories: list[tuple[str, re.Pattern[str]]] = [(c["name"], re.compile(c["match"])) for c in doc.get("category", [])]
 
     def category(self, name: str) -> str:
         low = name.lower().replace(".", " ").replace("tensor ", "")

@@ -27,7 +27,7 @@ in the name: no pattern scans the same characters again from each of many starts
   ``(?<!\\w)(?>\\w*?A)\\w*B``: one start per word, committed to the word's first ``A``;
 - ``A.*?B`` is ``(?m:^)(?>.*?A).*?B``: one start per line, committed to the line's first ``A``.
 
-``tests/test_kernel_names_hostile.py`` checks every entry on adversarial names. Whatever a
+``tests/grammar/test_kernel_names_hostile.py`` checks every entry on adversarial names. Whatever a
 pattern does (a user's too), it sees at most the first ``NAME_LIMIT`` characters of a name.
 """
 
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, Iterable, cast
 
 import numpy as np
 
@@ -75,7 +76,7 @@ class KernelKind:
 
 @dataclass(frozen=True)
 class _Entry:
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     kind: KernelKind
     examples: tuple[str, ...] = ()
     source: str = ""  #: "file: entry N" for messages
@@ -109,7 +110,7 @@ class Classification:
     entry: np.ndarray = field(repr=False)  #: int32 index into ``KernelTable.entries``, -1 none
 
     def has(self, mark: str) -> np.ndarray:
-        return (self.marks & MARK[mark]) != 0
+        return cast(np.ndarray, (self.marks & MARK[mark]) != 0)
 
     def __len__(self) -> int:
         return len(self.type)
@@ -145,14 +146,16 @@ class KernelTable:
         if i < 0:
             return None
         kind = self.entries[i].kind
-        return kind if short == kind.short else KernelKind(short, kind.type, kind.family, kind.stage, kind.layer_start, kind.marks)
+        # an entry matched (``i >= 0``): it gave a short name
+        return kind if short == kind.short else KernelKind(cast(str, short), kind.type, kind.family, kind.stage, kind.layer_start,
+                                                           kind.marks)
 
     def classify(self, trace: Trace) -> Classification:
         """Classify every kernel; regexes run once per distinct name, the rest is array gathers."""
         k = trace.kernels
         n = len(k)
         if not n:
-            e = np.empty(0, np.int8)
+            e: np.ndarray = np.empty(0, np.int8)
             return Classification(e, np.empty(0, np.int32), e.copy(), np.empty(0, bool), np.empty(0, np.uint8), np.empty(0, np.int32))
         ids = k.name.astype(np.int64) + 1  # 0 is "no name"
         names = np.flatnonzero(np.bincount(ids))
@@ -192,7 +195,7 @@ def _load(path: Path, text: str) -> tuple[int, list[_Entry]]:
     return order, [_entry(path, family, i, entry) for i, entry in enumerate(kernels)]
 
 
-def _entry(path: Path, family: str, i: int, entry: dict) -> _Entry:
+def _entry(path: Path, family: str, i: int, entry: dict[str, Any]) -> _Entry:
     where = f"entry {i + 1}" + (f" ({entry.get('short')})" if isinstance(entry, dict) and "short" in entry else "")
 
     def bad(msg: str) -> LayercError:
@@ -237,7 +240,7 @@ def _entry(path: Path, family: str, i: int, entry: dict) -> _Entry:
     return _Entry(pattern, kind, tuple(examples), f"{path}: {where}", bool(refs))
 
 
-def _read_dir(files) -> list[_Entry]:
+def _read_dir(files: Iterable[tuple[Path, str]]) -> list[_Entry]:
     tables = []
     for path, text in files:
         order, entries = _load(path, text)

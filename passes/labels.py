@@ -4,8 +4,9 @@ about a value that comes from outside it."""
 from __future__ import annotations
 
 import re
+from typing import cast
 
-from layerc.ir.graph import OP, PLACEHOLDER, Value, Weight
+from layerc.ir.graph import OP, PLACEHOLDER, Node, Value, Weight
 
 _CACHE = re.compile(r"(kv|ckv|kpe|k|v|mla|conv|ssm|state|paged)_?cache|_cache$|cache_")
 _METADATA = re.compile(
@@ -22,10 +23,11 @@ def external_label(value: Value) -> str:
     layer = value.meta.get("layer")
     if isinstance(value, Weight):
         return "weight"
-    if value.kind == OP and layer is not None:
+    node = cast(Node, value)  # a value that is not a weight is a node
+    if node.kind == OP and layer is not None:
         return f"Layer {layer} residual output"
     name = value.name
-    if value.kind == PLACEHOLDER:
+    if node.kind == PLACEHOLDER:
         if _METADATA.search(name):  # first: cache_loc, seq_len_with_cache are page bookkeeping
             return "batch metadata"
         if _CACHE.search(name):
@@ -47,7 +49,9 @@ def external_label(value: Value) -> str:
 
 def _origins(value: Value, limit: int = 64) -> list[str]:
     """Names of the weights, placeholders and ops upstream of ``value`` (nearest first)."""
-    seen, out, stack = set(), [], [value]
+    seen: set[Value] = set()
+    out: list[str] = []
+    stack = [value]
     while stack and len(out) < limit:
         v = stack.pop()
         if v in seen:

@@ -7,9 +7,14 @@ kernels in thousands of passes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 import numpy as np
 
 from layerc.passes.kernel_tables import TYPES
+
+if TYPE_CHECKING:
+    from layerc.passes.module_tree import Spans
 
 ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
 #: below this confidence a result is reported with a warning: a good part of the GPU time lies
@@ -39,7 +44,7 @@ def drop_unlayered(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndar
     if not inside.any():
         return 0
     per = layers_per_pass(layer, pass_of, n).astype(float)
-    count = lambda t: np.bincount(pass_of[inside & (kind == t)], minlength=n)  # noqa: E731
+    count: Callable[[int], np.ndarray] = lambda t: np.bincount(pass_of[inside & (kind == t)], minlength=n)  # noqa: E731
     like = (count(ATTENTION) >= per / 2) | (count(MOE) >= per / 2) | ((count(LINEAR) >= 2 * per) & (count(NORM) >= per / 2))
     drop = (per > 0) & ((per < 2) | ~like) & ~spanned
     layer[inside & drop[pass_of]] = -1
@@ -103,12 +108,13 @@ def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarra
     return np.bincount(pairs // width, minlength=n)
 
 
-def stacks(layer: np.ndarray, pass_of: np.ndarray, motif: np.ndarray | None, spanned: np.ndarray, spans) -> tuple[np.ndarray, list[dict]]:
+def stacks(layer: np.ndarray, pass_of: np.ndarray, motif: np.ndarray | None, spanned: np.ndarray,
+           spans: Spans | None) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Per kernel its stack, and the stacks: the module spans' in the passes they decided (class,
     parent, layers, offset), the kernel motifs' (class unknown) in the others."""
     n = len(spanned)
     stack = np.full(len(layer), -1, np.int64)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     by_spans = (spanned[pass_of] if n else np.zeros(len(layer), bool)) & (layer >= 0)
     if spans is not None and by_spans.any():
         stack[by_spans] = spans.stack[by_spans]

@@ -10,6 +10,7 @@ outside layers, their pass's).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -69,8 +70,8 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult) -> Layer
         return LayerTable(e, e, [], np.zeros(0, np.int8), e, e, e, e, e, e)
     _, at = np.unique(key[order], return_index=True)
     ends = np.r_[at[1:], len(order)]
-    add = lambda x: np.add.reduceat(np.asarray(x, np.int64), at)  # noqa: E731
-    anyof = lambda x: add(x) > 0  # noqa: E731
+    add: Callable[[np.ndarray], np.ndarray] = lambda x: np.add.reduceat(np.asarray(x, np.int64), at)  # noqa: E731
+    anyof: Callable[[np.ndarray], np.ndarray] = lambda x: add(x) > 0  # noqa: E731
     kind, start, end = cls.type[order], k.start[order], k.end[order]
     attention = kind == _ATTENTION
     # LINEAR kernels after the layer's last attention kernel: an FFN when there are two or more

@@ -18,7 +18,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from statistics import median_low
-from typing import Iterable
+from typing import Iterable, cast
 
 #: A numbered component: digits between separators, not the name's first part.
 _FIRST_NUMBER = re.compile(r"[._]([0-9]{1,6})(?=[._]|$)")
@@ -46,7 +46,7 @@ def first_numbered(name: str) -> tuple[str, int] | None:
 def find_layer_list(names: Iterable[str]) -> LayerList | None:
     """The decoder-layer list among ``names`` (see the module doc), or None when no list repeats
     (a one-layer model's list has one entry: then the caller decides)."""
-    entries: dict[str, Counter] = defaultdict(Counter)
+    entries: dict[str, Counter[int]] = defaultdict(Counter)
     members: dict[str, dict[str, int]] = defaultdict(dict)
     for name in names:
         found = first_numbered(name)
@@ -71,4 +71,5 @@ def find_layer_list(names: Iterable[str]) -> LayerList | None:
 def _blocks(members: dict[str, int]) -> frozenset[str]:
     """What one entry of a list holds: the weight names after their entry number, all entries
     together."""
-    return frozenset(name[_FIRST_NUMBER.search(name).end():] for name in members)
+    # every member was found by ``first_numbered``: its name has a number
+    return frozenset(name[cast("re.Match[str]", _FIRST_NUMBER.search(name)).end():] for name in members)

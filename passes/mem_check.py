@@ -22,18 +22,29 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar, Iterator, Protocol, SupportsInt, cast
 
 import numpy as np
 
 from layerc.ir.memory import (
-    COMBINED_GRAPH, KIND_NAMES, OTHER, SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Kernel, MemoryModule, interval_text, quoted,
+    COMBINED_GRAPH, KIND_NAMES, OTHER, SMEM, SMEM_GRAPH, TMEM, TMEM_GRAPH, Buffers, Kernel, MemoryModule, interval_text, quoted,
 )
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.registry import get_all_passes
 from layerc.passes.mem_liveness import MemLiveness
 
 EDGE_COLORS = {SMEM: "darkgreen", TMEM: "red", OTHER: "black"}
+
+
+class _Located(Protocol):
+    """A table whose rows say where in the dump they were written."""
+
+    @property
+    def file(self) -> np.ndarray: ...
+    @property
+    def line(self) -> np.ndarray: ...
+    @property
+    def column(self) -> np.ndarray: ...
 _AXIS_STEPS = 10
 
 
@@ -44,7 +55,7 @@ def axis_ticks(lo: int, hi: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class MemCheck(ModulePass):
+class MemCheck(ModulePass[MemoryModule]):
     """Consistency of summaries, intervals, channels and partitions; buffers that overlap in time
     and space."""
 
@@ -61,10 +72,11 @@ class _Checker:
     def __init__(self, module: MemoryModule, kernel: Kernel):
         self.m, self.k = module, kernel
         self.b = kernel.buffers
-        self.name = lambda i: module.text(int(i))  # noqa: E731
-        self.shown = lambda i: quoted(module.text(int(i)))  # noqa: E731  (a name as a message quotes it)
+        self.name: Callable[[SupportsInt], str | None] = lambda i: module.text(int(i))  # noqa: E731
+        #: a name as a message quotes it
+        self.shown: Callable[[SupportsInt], str] = lambda i: quoted(module.text(int(i)))  # noqa: E731
 
-    def add(self, severity: str, code: str, message: str, table, row: int) -> None:
+    def add(self, severity: str, code: str, message: str, table: _Located, row: int) -> None:
         self.m.add(self.k, severity, code, message, int(table.file[row]), int(table.line[row]), int(table.column[row]))
 
     def run(self) -> None:
@@ -87,8 +99,9 @@ class _Checker:
         d_count = np.bincount(nodes.buffer, weights=nodes.operand_d, minlength=len(b)) if len(nodes) else np.zeros(len(b))
         pairs = list(zip(clusters, rows)) if len(clusters) == len(rows) else self._pair_by_name(clusters, rows, kind)
         for c, r in pairs:
-            if c is None:
-                self.add("warning", "summary-extra", f"{mem} summary row '{self.shown(s.name[r])}' sums up no buffer cluster", s, r)
+            if c is None:  # a row alone: a pair holds a cluster, a row or both
+                self.add("warning", "summary-extra", f"{mem} summary row '{self.shown(s.name[r])}' sums up no buffer cluster", s,
+                         cast(int, r))
                 continue
             if r is None:
                 self.add("warning", "summary-missing", f"{mem} buffer '{self.shown(b.name[c])}' has no row in the summary table", b, c)
@@ -125,7 +138,7 @@ class _Checker:
     def _pair_by_name(self, clusters: list[int], rows: list[int], kind: int) -> list[tuple[int | None, int | None]]:
         """Each cluster with the first free summary row of its name (a nameless TMEM alloc's row
         reads "alloc"); rows left over pair with nothing. One pass each way, by name."""
-        free: dict[str, list[int]] = defaultdict(list)
+        free: dict[str | None, list[int]] = defaultdict(list)  # by name (None: nameless)
         for r in reversed(rows):
             free[self.name(self.k.summary.name[r])].append(r)  # popped from the end: first row first
         taken: set[int] = set()
@@ -234,7 +247,7 @@ class _Checker:
             kinds = touch.get(int(ops.node[i]), set())
             want = "red" if TMEM in kinds else "darkgreen" if SMEM in kinds else "black"
             got = self.name(ops.border[i])
-            rank = {"black": 0, "darkgreen": 1, "red": 2}
+            rank: dict[str | None, int] = {"black": 0, "darkgreen": 1, "red": 2}
             if rank.get(got, -1) < rank[want]:
                 self.add("warning", "border", f"op_op_{ops.node[i]} has a {quoted(got)} border but its channels make it {want}", ops, i)
 
@@ -322,7 +335,7 @@ class _Checker:
                     self.add("warning", "shared-overlap", what + ": the space is reused while still live", b, y)
 
 
-def _overlaps(b, rows: list[int]):
+def _overlaps(b: Buffers, rows: list[int]) -> Iterator[tuple[int, int, tuple[int, int] | None]]:
     """``(x, y, span)`` for each row ``y`` but the first to start: ``x`` is the row started before
     it that ends last, ``span`` what they are both live over (None when ``y`` overlaps no earlier
     row). One finding per row, in one sort: every pair would be quadratic in a hostile dump."""
@@ -334,7 +347,7 @@ def _overlaps(b, rows: list[int]):
             last = y
 
 
-def _overlap(b, x: int, y: int) -> tuple[int, int] | None:
+def _overlap(b: Buffers, x: int, y: int) -> tuple[int, int] | None:
     lo, hi = max(int(b.start[x]), int(b.start[y])), min(int(b.end[x]), int(b.end[y]))
     return (lo, hi) if lo < hi else None
 

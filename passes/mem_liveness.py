@@ -94,7 +94,7 @@ def live_at(kernel: Kernel, kind: int, op: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MemLiveness(ModulePass):
+class MemLiveness(ModulePass[MemoryModule]):
     """Live SMEM bytes and TMEM columns per operation id, peaks, and an error where a peak passes
     the capacity of ``arch`` (``auto``: sm100 with TMEM, else sm90)."""
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Iterator, cast
 
+from layerc.grammar.pysource import SourceModule
 from layerc.ir.optree import BRANCH, OP, ROOT, ChainStep, KernelSite, OpNode, OpTree, Site
 from layerc.passes.kernel_calls import KernelCalls, KernelKind
 from layerc.passes.pyregistry import torch_op_impls
-from layerc.passes.pyresolve import (JIT_PREFIX, ClassInfo, Ext, ExtObj, Fn, Frame, Obj, Resolver, Seq, Thunks, Unknown, Value,
-                                     _bind_exprs, cond_text, is_cute_jit, is_index, is_triton_jit, source_text)
+from layerc.passes.pyresolve import (JIT_PREFIX, ClassInfo, Ext, ExtObj, Fn, Frame, FuncInfo, Obj, Resolver, Seq, Tests, Thunks,
+                                     Unknown, Value, _bind_exprs, cond_text, is_cute_jit, is_index, is_triton_jit, source_text)
 
 MAX_EXPAND_DEPTH = 24  #: nested containers
 MAX_TOUCH_DEPTH = 3  #: calls followed to see whether library code calls the model's modules
@@ -86,7 +87,7 @@ class CallSite:
 
     call: ast.Call
     cond: str
-    tests: tuple[tuple[ast.expr, bool], ...] = ()
+    tests: Tests = ()
 
 
 def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
@@ -95,7 +96,7 @@ def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
     bodies and lambdas are left out: they run when called, not here."""
     out: list[CallSite] = []
 
-    def expr(e: ast.AST, cond: str, tests: tuple) -> None:
+    def expr(e: ast.AST, cond: str, tests: Tests) -> None:
         if isinstance(e, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return
         if isinstance(e, ast.IfExp):
@@ -108,7 +109,7 @@ def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
         if isinstance(e, ast.Call):
             out.append(CallSite(e, cond, tests))
 
-    def block(stmts: list[ast.stmt], cond: str, tests: tuple) -> None:
+    def block(stmts: list[ast.stmt], cond: str, tests: Tests) -> None:
         for s in stmts:
             if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
@@ -132,7 +133,7 @@ def calls_in_order(body: list[ast.stmt]) -> list[CallSite]:
                 for item in s.items:
                     expr(item.context_expr, cond, tests)
                 block(s.body, cond, tests)
-            elif isinstance(s, ast.Try) or type(s).__name__ == "TryStar":
+            elif isinstance(s, (ast.Try, ast.TryStar)):
                 block(s.body, cond, tests)
                 for h in s.handlers:
                     block(h.body, cond, tests)
@@ -173,15 +174,15 @@ class OpTracer:
         self.r = resolver
         self.table = table
         self.scope = scope
-        self._calls: dict[tuple, list[CallSite]] = {}
-        self._kernels: dict[tuple, list[_Hit]] = {}
-        self._busy: set[tuple] = set()
-        self._touches: dict[tuple, bool] = {}
-        self.visited: set[tuple] = set()  #: functions whose bodies the kernel search read
+        self._calls: dict[tuple[object, ...], list[CallSite]] = {}
+        self._kernels: dict[tuple[object, ...], list[_Hit]] = {}
+        self._busy: set[tuple[object, ...]] = set()
+        self._touches: dict[tuple[object, ...], bool] = {}
+        self.visited: set[tuple[str, int, int]] = set()  #: functions whose bodies the kernel search read
         self.examined = 0  #: call sites and alternatives the tree has examined (see ``MAX_TREE_CALLS``)
         self.kernel_steps = 0  #: kernel call steps the tree lists (see ``MAX_TREE_KERNELS``)
         self.merged = 0  #: call chains the kernel search merged (see ``MAX_KERNEL_SEARCH``)
-        self.expanded: set[tuple] = set()  #: functions expanded as containers
+        self.expanded: set[tuple[str, int, int]] = set()  #: functions expanded as containers
 
     # -- classification
 
@@ -193,7 +194,7 @@ class OpTracer:
         got = self._calls.get(key)
         if got is None:
             node = fn.fn.node
-            body = [ast.Return(value=node.body)] if isinstance(node, ast.Lambda) else node.body
+            body: list[ast.stmt] = [ast.Return(value=node.body)] if isinstance(node, ast.Lambda) else node.body
             got = self._calls[key] = calls_in_order(body)
         return got
 
@@ -208,8 +209,8 @@ class OpTracer:
         out = Callee()
         values = self.r.callees(call, frame)
         if isinstance(call.func, ast.Subscript) and not is_index(call.func):
-            for v in values:  # a Triton launch ``kernel[grid](...)``
-                out.kernels.append(self.table.triton(v.fn.name, v.fn.qualname))
+            for jit in cast("list[Fn]", values):  # a Triton launch ``kernel[grid](...)``: the jit functions
+                out.kernels.append(self.table.triton(jit.fn.name, jit.fn.qualname))
             return out
         # an ``nn.Sequential`` called runs each of its modules, in order
         values = [x for v in values for x in (v.elems if isinstance(v, Seq) else [v])]
@@ -269,7 +270,7 @@ class OpTracer:
                     out.append(replace(kind, name=f"{v.qual.rsplit('.', 1)[-1]}.{method}"))
         return out
 
-    def narrow(self, func: ast.expr, objs: list[Obj], tests, frame: Frame) -> list[Obj]:
+    def narrow(self, func: ast.expr, objs: list[Obj], tests: Tests, frame: Frame) -> list[Obj]:
         """Type narrowing: under ``if isinstance(self.mlp, MoE)`` a call of ``self.mlp`` is a
         ``MoE`` (and in the ``else``, not one)."""
         text = ast.dump(func)
@@ -341,7 +342,8 @@ class OpTracer:
         that reaches it ("" for an unconditional one)."""
         c = self.resolve_call(call, frame)
         out = [(_Hit(k, ()), "") for k in c.kernels]
-        out += [(_Hit(self.table.classify(m.qual), ()), m.cond) for m in c.ext_modules]
+        # the outside modules kept are the ones the table classifies
+        out += [(_Hit(cast(KernelKind, self.table.classify(m.qual)), ()), m.cond) for m in c.ext_modules]
         for f in self.module_forwards(c.modules) + c.functions:
             self.merged += 1
             out += [(h, f.cond) for h in self.kernel_hits(f)]
@@ -357,8 +359,9 @@ class OpTracer:
         if depth > MAX_TOUCH_DEPTH:
             return False
         sensitive = call is not None and caller is not None and self.passes_model_module(call, caller)
-        memo = (fn.fn.key, fn.bound.key if fn.bound is not None else None)
+        memo: tuple[object, ...] = (fn.fn.key, fn.bound.key if fn.bound is not None else None)
         if sensitive:
+            assert caller is not None  # sensitive: a call from a caller
             memo += (call, caller.args.key if caller.args is not None else None,
                      caller.self_obj.key if caller.self_obj is not None else None)
         got = self._touches.get(memo)
@@ -402,7 +405,7 @@ class OpTracer:
             self.expand(root, forwards[0], None, None, [forwards[0].fn.key])
         return OpTree(entry.qualname, self.r.sources.label, root, self.scope)
 
-    def expand(self, node: OpNode, fn: Fn, call: ast.Call | None, caller: Frame | None, stack: list[tuple]) -> None:
+    def expand(self, node: OpNode, fn: Fn, call: ast.Call | None, caller: Frame | None, stack: list[tuple[object, ...]]) -> None:
         """Fill ``node`` with the ops ``fn``'s body calls and the kernels it calls itself."""
         calls = self.calls(fn)
         if self.examined + len(calls) + 1 > MAX_TREE_CALLS:
@@ -445,14 +448,15 @@ class OpTracer:
                 + [m.qual.split(".")[-1] for m in c.ext_modules]))
             child.callee = targets[0].fn.qualname if targets else (c.ext_modules[0].qual if c.ext_modules else "")
             for m in c.ext_modules:
-                child.kernels.append(self.kernel_site(self.table.classify(m.qual), (), site, child))
+                # the outside modules kept are the ones the table classifies
+                child.kernels.append(self.kernel_site(cast(KernelKind, self.table.classify(m.qual)), (), site, child))
             self.fill(child, targets, sub, frame, stack)
             if child.children or child.kernels or c.modules or c.ext_modules or child.unresolved:
                 node.children.append(child)
         node.kernels = direct + node.kernels
         node.direct = len(direct)
 
-    def fill(self, child: OpNode, targets: list[Fn], call: ast.Call, frame: Frame, stack: list[tuple]) -> None:
+    def fill(self, child: OpNode, targets: list[Fn], call: ast.Call, frame: Frame, stack: list[tuple[object, ...]]) -> None:
         """Expand or kernel-search each alternative callee of one op."""
         expandable, leaves = [], []
         for f in targets:
@@ -466,7 +470,7 @@ class OpTracer:
         leaf_kernels = 0
         for f in leaves:
             for h in self.kernel_hits(f):
-                if self.kernels_full(child.site):
+                if self.kernels_full(cast(Site, child.site)):  # an op: it has its call site
                     break
                 child.kernels.append(self.kernel_site(h.kind, h.chain, child.site, child, f.cond))
                 leaf_kernels += 1
@@ -531,6 +535,7 @@ def model_kernel_sites(tracer: OpTracer) -> list[tuple[KernelKind, Site, str]]:
         tree = r.tree(mod) if mod is not None else None
         if tree is None:
             continue
+        assert mod is not None  # its tree was read
         for fi in _functions(r, mod, tree):
             fn = Fn(fi, r.make_obj(fi.cls, None, None, declared=True) if fi.cls is not None else None)
             frame = tracer.frame(fn)
@@ -542,7 +547,7 @@ def model_kernel_sites(tracer: OpTracer) -> list[tuple[KernelKind, Site, str]]:
     return out
 
 
-def _functions(r: Resolver, mod, tree: ast.Module) -> Iterator:
+def _functions(r: Resolver, mod: SourceModule, tree: ast.Module) -> Iterator[FuncInfo]:
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield r.func_info(stmt, mod)

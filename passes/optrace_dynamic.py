@@ -29,11 +29,14 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, cast
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.optree import BRANCH, OpNode, OpTree
+from layerc.ir.optree import BRANCH, OpNode, OpTree, Site
 from layerc.passes.base import Context, ModulePass
+
+if TYPE_CHECKING:
+    from layerc.passes.optrace_passes import OpTraceModule
 
 _FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 #: the profiler's marker of a module's call: its class and a per-class counter in first-call order
@@ -68,9 +71,9 @@ class Agreement:
     total: int  #: top-level aten ops under the model's forward
     agreed: int
     predicted: int  #: agreed ops whose aten name a kernel call site of their node names
-    by_node: dict[int, Counter] = field(default_factory=dict)  #: id(node) → aten name counts
+    by_node: dict[int, Counter[str]] = field(default_factory=dict)  #: id(node) → aten name counts
     disagreed: list[tuple[str, str]] = field(default_factory=list)  #: (aten op, where the walk stopped)
-    config: dict = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     runtime_missing: list[tuple[str, str]] = field(default_factory=list)  #: (class, module name): run, not in the tree
     never_called: list[tuple[int, bool]] = field(default_factory=list)  #: (id(node), conditional): in the tree, not run
 
@@ -82,23 +85,23 @@ class Agreement:
     def predicted_percent(self) -> float:
         return 100.0 * self.predicted / self.agreed if self.agreed else 0.0
 
-    def to_dict(self, tree: OpTree) -> dict:
+    def to_dict(self, tree: OpTree) -> dict[str, Any]:
         labels = {id(n): n for n, _ in tree.nodes()}
         return {
             "arch": self.arch, "config": self.config, "aten_ops": self.total, "agreed": self.agreed,
             "agreement_pct": round(self.percent, 2), "predicted_by_kernel_sites_pct": round(self.predicted_percent, 2),
-            "per_op": [{"op": labels[k].label, "site": labels[k].site.to_dict() if labels[k].site else None,
+            "per_op": [{"op": labels[k].label, "site": cast(Site, labels[k].site).to_dict() if labels[k].site else None,
                         "aten": dict(sorted(v.items()))} for k, v in self.by_node.items()],
             "disagreed": [{"aten": a, "where": w} for a, w in self.disagreed],
             "runtime_modules_missing_from_tree": [{"class": c, "module": m} for c, m in self.runtime_missing],
             "tree_ops_never_called": [{"op": labels[k].label, "conditional": cond,
-                                       "site": labels[k].site.to_dict() if labels[k].site else None}
+                                       "site": cast(Site, labels[k].site).to_dict() if labels[k].site else None}
                                       for k, cond in self.never_called],
         }
 
 
 @dataclass(frozen=True)
-class ProfileOps(ModulePass):
+class ProfileOps(ModulePass["OpTraceModule"]):
     """Profile a tiny ``arch`` model (``layerc export-hf``'s configs) and map its aten ops to
     the op tree (the tree must be the one of the installed ``modeling_<arch>.py``)."""
 
@@ -108,7 +111,7 @@ class ProfileOps(ModulePass):
     arch: str = "llama"
     layers: int = DYNAMIC_LAYERS
 
-    def apply(self, ctx: Context, module) -> None:
+    def apply(self, ctx: Context, module: OpTraceModule) -> None:
         tree = module.need_tree(self.name)
         given = ctx.inputs.get("model")  # the tool that built the model (to find its source) passes it on
         if given is None and (build := ctx.inputs.get("build_model")) is not None:
@@ -121,14 +124,14 @@ class ProfileOps(ModulePass):
         module.dynamic = agree(tree, ops, self.arch, config, called)
 
 
-def modeling_file(model) -> tuple[Path, str]:
+def modeling_file(model: Any) -> tuple[Path, str]:
     """The source file of a built model's class and the class name: what the static tree of a
     dynamic check is built from."""
     cls = type(model)
-    return Path(sys.modules[cls.__module__].__file__), cls.__name__
+    return Path(cast(str, sys.modules[cls.__module__].__file__)), cls.__name__  # a model's module is a file
 
 
-def profile(model, batch: int = 1, seq_len: int = 8) -> tuple[list[AtenOp], dict[str, list[str]]]:
+def profile(model: Any, batch: int = 1, seq_len: int = 8) -> tuple[list[AtenOp], dict[str, list[str]]]:
     """One forward under ``torch.profiler`` with stacks: the top-level aten ops with their
     frames, and the modules called (class name → qualified names, in first-call order)."""
     import torch
@@ -167,14 +170,14 @@ def profile(model, batch: int = 1, seq_len: int = 8) -> tuple[list[AtenOp], dict
 
 
 @contextmanager
-def _first_calls(model):
+def _first_calls(model: Any) -> Iterator[dict[str, list[str]]]:
     """Class name → qualified names of its instances in the order of their first call (the
     order in which the profiler numbers ``nn.Module: Linear_N``): so a marker tells which of
     three ``Linear``s side by side ran, by the attribute it is held in."""
     names: dict[str, list[str]] = {}
 
-    def hook(name: str):
-        def record(module, args):
+    def hook(name: str) -> Callable[[Any, Any], None]:
+        def record(module: Any, args: Any) -> None:
             seen = names.setdefault(type(module).__name__, [])
             if name not in seen:
                 seen.append(name)
@@ -288,7 +291,7 @@ class _Walker:
         return None, f"an unexplained call below {node.label}"
 
 
-def agree(tree: OpTree, ops: list[AtenOp], arch: str, config: dict | None = None,
+def agree(tree: OpTree, ops: list[AtenOp], arch: str, config: dict[str, Any] | None = None,
           called: dict[str, list[str]] | None = None) -> Agreement:
     walker = _Walker(tree)
     result = Agreement(arch, 0, 0, 0, config=dict(config or {}))

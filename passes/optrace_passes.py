@@ -13,7 +13,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from layerc.grammar.pysource import SourceSet
+from layerc.grammar.pysource import SourceModule, SourceSet
 from layerc.ir.diagnostics import Diagnostic, LayercError, Location, VerifyError, source_line_at
 from layerc.ir.optree import OpNode, OpTree, Site
 from layerc.passes.base import Context, ModulePass
@@ -128,7 +128,7 @@ class CrossValidateKernels(ModulePass["OpTraceModule"]):
 
 def unresolved_sites(tree: OpTree) -> list[tuple[str, int, int, str]]:
     """(path, line, column, call) once per call site the tree could not follow."""
-    out: dict[tuple, tuple[str, int, int, str]] = {}
+    out: dict[tuple[str, int, int], tuple[str, int, int, str]] = {}
     for node, _ in tree.root.walk():
         if node.unresolved and node.site is not None:
             s = node.site
@@ -182,6 +182,7 @@ def find_entry(resolver: Resolver, entry: str) -> ClassInfo:
     close = difflib.get_close_matches(cls_name, list(classes), n=1)
     path = mod.real_path or mod.path if mod is not None else sources.label
     if close:
+        assert mod is not None  # the classes are its own
         c = classes[close[0]].node
         loc = Location(c.lineno, c.col_offset + 7)
         raise LayercError(f"no class {cls_name!r} in {mod.name}; did you mean {close[0]!r}?", path, loc,
@@ -191,7 +192,7 @@ def find_entry(resolver: Resolver, entry: str) -> ClassInfo:
                       source_line_at(mod.text, 1) if mod is not None else None)
 
 
-def _module_classes(resolver: Resolver, mod) -> list[ClassInfo]:
+def _module_classes(resolver: Resolver, mod: SourceModule) -> list[ClassInfo]:
     import ast
 
     tree = resolver.tree(mod)

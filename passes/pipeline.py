@@ -12,9 +12,9 @@ import types
 import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
-from lark import Transformer
+from lark import Lark, Token, Transformer
 
 from layerc.grammar._constants import clip
 from layerc.grammar._lark import build_parser, run_parser
@@ -49,19 +49,19 @@ class PassSpec:
     line: int = 1  #: a pipeline may span lines (a shell script's quoted string)
 
 
-class _SpecBuilder(Transformer):
-    def start(self, c):
+class _SpecBuilder(Transformer[Token, Any]):
+    def start(self, c: list[Any]) -> Any:
         return c[-1]  # an anchor, if any, comes first
 
-    def passes(self, c):
+    def passes(self, c: list[PassSpec]) -> list[PassSpec]:
         return list(c)
 
-    def pass_(self, c):
+    def pass_(self, c: list[Any]) -> PassSpec:
         name = c[0]
         opts = c[1] if len(c) > 1 else {}
         return PassSpec(str(name), opts, name.column, name.line)
 
-    def options(self, c):
+    def options(self, c: list[Any]) -> dict[str, tuple[str, ...]]:
         opts: dict[str, tuple[str, ...]] = {}
         for key_tok, value in zip(c[::2], c[1::2]):
             key = key_tok.value.lstrip(",").rstrip("=").strip().replace("-", "_")  # ", key =" over lines too
@@ -70,12 +70,12 @@ class _SpecBuilder(Transformer):
             opts[key] = value
         return opts
 
-    def value(self, c):
+    def value(self, c: list[Token]) -> tuple[str, ...]:
         return tuple(v.value[1:-1] if v.type == "QUOTED" else v.value for v in c)
 
 
 @lru_cache(maxsize=1)
-def _parser():
+def _parser() -> Lark:
     return build_parser("pipeline.lark", ["start"], _SpecBuilder())
 
 
@@ -83,7 +83,7 @@ def parse_pipeline_text(text: str) -> list[PassSpec]:
     return run_parser(_parser(), text, "start", SOURCE, _DESCRIBE) or []
 
 
-def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]] | None = None) -> list[ModulePass]:
+def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass[Any]]]] | None = None) -> list[ModulePass[Any]]:
     """Parse ``text`` and instantiate its passes (from ``registry``, default the graph passes);
     unknown names and bad options fail here."""
     specs = parse_pipeline_text(text)
@@ -100,7 +100,7 @@ def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]
         message = (f"pass '{s.name}' runs on the {other} IR (layerc {IRS.get(other, 'opt')}), not here (passes here: {names})"
                    if other is not None else f"unknown pass '{clip(s.name)}' (known passes: {names})")
         raise ParseError(message, SOURCE, Location(s.line, s.column)).with_source(SOURCE, text)
-    passes = []
+    passes: list[ModulePass[Any]] = []
     for s in specs:
         try:
             cls = get_pass_class(s.name) if registry is None else known[s.name]()
@@ -110,17 +110,17 @@ def build_pipeline(text: str, registry: dict[str, Callable[[], type[ModulePass]]
     return passes
 
 
-def _ir_of(known: dict) -> str | None:
+def _ir_of(known: dict[str, Callable[[], type[ModulePass[Any]]]]) -> str | None:
     """The IR of a registry view (None: passes of several IRs)."""
     irs = {BUILTIN_PASSES[n][0] for n in known if n in BUILTIN_PASSES}
     return irs.pop() if len(irs) == 1 else None
 
 
-def make_pass(cls: type[ModulePass], options: dict[str, tuple[str, ...]]) -> ModulePass:
+def make_pass(cls: type[ModulePass[Any]], options: dict[str, tuple[str, ...]]) -> ModulePass[Any]:
     """Convert raw option strings to the types of the pass's fields."""
     hints = typing.get_type_hints(cls)
     by_name = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     for key, raw in options.items():
         if key not in by_name:
             allowed = ", ".join(k.replace("_", "-") for k in by_name) or "none"
@@ -132,7 +132,7 @@ def make_pass(cls: type[ModulePass], options: dict[str, tuple[str, ...]]) -> Mod
         raise LayercError(str(e)) from None
 
 
-def _convert(key: str, raw: tuple[str, ...], hint):
+def _convert(key: str, raw: tuple[str, ...], hint: Any) -> object:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -148,7 +148,7 @@ def _convert(key: str, raw: tuple[str, ...], hint):
     return _scalar(key, raw[0], hint)
 
 
-def _scalar(key: str, text: str, hint):
+def _scalar(key: str, text: str, hint: Any) -> object:
     try:
         if hint is bool:
             low = text.lower()
@@ -176,15 +176,15 @@ class PassManager:
     their default options). After each step: verify (unless disabled), drop the analyses the
     step does not preserve, print the IR if asked, time it. ``ran`` lists every step that ran."""
 
-    passes: list[ModulePass]
+    passes: list[ModulePass[Any]]
     verify_each: bool = True
     print_ir_after_all: bool = False
     print_ir: Callable[[Module], str] | None = None
     ir_stream: TextIO | None = None
     timings: list[PassTiming] = field(default_factory=list)
-    ran: list[ModulePass] = field(default_factory=list)
+    ran: list[ModulePass[Any]] = field(default_factory=list)
 
-    def run(self, ctx: Context, module) -> None:
+    def run(self, ctx: Context, module: Any) -> None:
         """Run every pass; an error that names no file is about the module's input, and says so."""
         try:
             for p in self.passes:
@@ -194,7 +194,7 @@ class PassManager:
                 e.path = module.source
             raise
 
-    def _step(self, p: ModulePass, ctx: Context, module, needed_by: tuple[str, ...]) -> None:
+    def _step(self, p: ModulePass[Any], ctx: Context, module: Any, needed_by: tuple[str, ...]) -> None:
         for name in type(p).requires:
             if name in needed_by:
                 raise LayercError(f"pass '{p.name}' requires '{name}', which requires it: "
@@ -224,7 +224,7 @@ class PassManager:
         return ",".join(p.pipeline_text() for p in self.passes)
 
 
-def run_passes(passes: list[ModulePass], module, ctx: Context | None = None) -> Context:
+def run_passes(passes: list[ModulePass[Any]], module: Any, ctx: Context | None = None) -> Context:
     """Run ``passes`` (and what they require) on ``module`` with verification; the context
     holds the results and warnings."""
     ctx = ctx if ctx is not None else Context()

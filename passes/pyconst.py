@@ -21,10 +21,11 @@ import ast
 import json
 import operator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 if TYPE_CHECKING:
-    from layerc.passes.pyresolve import Frame, Resolver, Tests
+    from layerc.grammar.pysource import SourceModule
+    from layerc.passes.pyresolve import Binding, ClassInfo, Frame, Resolver, Tests
 
 MAX_CONST_DEPTH = 24
 MISSING = object()  #: an expression whose value is not known
@@ -54,9 +55,10 @@ PHASE_PREDICATES: dict[str, frozenset[str]] = {
     "is_extend_or_draft_extend_or_mixed": frozenset({"prefill"}),
     **{name: frozenset() for name in ("is_idle", "is_target_verify", "is_draft_extend", "is_dummy_first")},
 }
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-            ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 
 
 @dataclass(frozen=True)
@@ -262,7 +264,7 @@ class ConstEval:
                 return self._self_attr(frame.fn.cls, e.attr)
         return MISSING
 
-    def _self_attr(self, cls, name: str) -> object:
+    def _self_attr(self, cls: ClassInfo, name: str) -> object:
         """A field every assignment of which (in any method of the class and its bases) gives
         the same constant."""
         key = (cls.qualname, name)
@@ -279,7 +281,7 @@ class ConstEval:
                 frame = Frame(fi, fi.module)
                 if self.r.excluded(b.tests, frame):
                     continue
-                values.append(self.value(b.node, frame))
+                values.append(self.value(cast(ast.expr, b.node), frame))  # an assignment's value
             for expr in c.body_assigns.get(name, []):
                 values.append(self.value(expr, Frame(None, c.module)))
         got = values[0] if values and all(v is not MISSING and _same(v, values[0]) for v in values) else MISSING
@@ -303,12 +305,12 @@ class ConstEval:
                 return MISSING
             bindings = self.r.local_bindings(fn).get(ident)
             if bindings:
-                memo = ("const", ident)  # a local's value, once per frame (tests name locals again and again)
-                got = frame.cache.get(memo, None)  # type: ignore[call-overload]
-                if got is None:
-                    frame.cache[memo] = [MISSING]  # type: ignore[index]  # recursion guard
-                    got = frame.cache[memo] = [self._bindings_value(bindings, frame)]  # type: ignore[index]
-                return got[0]
+                # a local's value, once per frame (tests name locals again and again)
+                held = frame.consts.get(ident, None)
+                if held is None:
+                    frame.consts[ident] = [MISSING]  # recursion guard
+                    held = frame.consts[ident] = [self._bindings_value(bindings, frame)]
+                return held[0]
             if frame.parent is not None:
                 return self._name(ident, frame.parent)
         mod = frame.module
@@ -320,7 +322,7 @@ class ConstEval:
             self._globals[key] = self._global(mod, ident)
         return self._globals[key]
 
-    def _global(self, mod, ident: str) -> object:
+    def _global(self, mod: SourceModule, ident: str) -> object:
         from layerc.passes.pyresolve import Frame, _import_base
 
         bindings = self.r.globals_of(mod).get(ident)
@@ -328,18 +330,18 @@ class ConstEval:
             return MISSING
         if len(bindings) == 1 and bindings[0].kind == "import":
             b = bindings[0]
-            target = self.r.module(_import_base(b.node, mod))
+            target = self.r.module(_import_base(cast(ast.ImportFrom, b.node), mod))
             return self._name(b.target, Frame(None, target)) if target is not None else MISSING
         return self._bindings_value(bindings, Frame(None, mod))
 
-    def _bindings_value(self, bindings, frame: "Frame") -> object:
+    def _bindings_value(self, bindings: list[Binding], frame: "Frame") -> object:
         values = []
         for b in bindings:
             if b.kind != "assign" or b.node is None:
                 return MISSING
             if self.r.excluded(b.tests, frame):
                 continue
-            values.append(self.value(b.node, frame))
+            values.append(self.value(cast(ast.expr, b.node), frame))  # an assignment's value
         return values[0] if values and all(v is not MISSING and _same(v, values[0]) for v in values) else MISSING
 
     def _call(self, e: ast.Call, frame: "Frame") -> object:

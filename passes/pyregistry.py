@@ -23,7 +23,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from layerc.passes.pyresolve import ClassInfo, Resolver, Value
+    from layerc.passes.pyresolve import ClassInfo, Fn, Resolver, Value
 
 
 def registry_entries(r: "Resolver", key: str) -> list["Value"]:
@@ -74,7 +74,7 @@ def selected_classes(r: "Resolver", base: "ClassInfo") -> list["ClassInfo"] | No
 _FAKE = re.compile(r"fake|abstract|meta", re.I)
 
 
-def torch_op_impls(r: "Resolver", qual: str) -> list["Value"]:
+def torch_op_impls(r: "Resolver", qual: str) -> list["Fn"]:
     """The package functions registered as the implementation of ``torch.ops.<ns>.<op>``
     (``qual``), or [] where the package registers none (the op stays an opaque kernel)."""
     from layerc.passes.pyresolve import Fn, Frame, dedupe
@@ -83,12 +83,12 @@ def torch_op_impls(r: "Resolver", qual: str) -> list["Value"]:
     if len(parts) < 4 or parts[2] in ("aten", "prim"):
         return []
     ns, op = parts[2], parts[3]
-    key = ("torch-op", ns, op)
-    if key in r._global_cache:
-        return r._global_cache[key]  # type: ignore[return-value]
-    r._global_cache[key] = []  # type: ignore[assignment]
+    key = (ns, op)
+    if key in r.torch_op_cache:
+        return r.torch_op_cache[key]
+    r.torch_op_cache[key] = []
     names = {op, f"{ns}::{op}"}
-    out: list[Value] = []
+    out: list[Fn] = []
     for modname in _quoted_names(r).get(op, ()):
         src = r.sources.module(modname)
         if src is not None:
@@ -105,7 +105,7 @@ def torch_op_impls(r: "Resolver", qual: str) -> list["Value"]:
                         if isinstance(a, (ast.Name, ast.Attribute)):
                             out += [v for v in r.eval(a, frame) if isinstance(v, Fn)]
     out = dedupe(out)
-    r._global_cache[key] = out  # type: ignore[assignment]
+    r.torch_op_cache[key] = out
     return out
 
 
@@ -115,7 +115,7 @@ _QUOTED_OP = re.compile(r"""["'](?:\w+::)?(\w+)["'(]""")
 def _quoted_names(r: "Resolver") -> dict[str, list[str]]:
     """Name → the package modules whose text quotes it (``"op"``, ``"ns::op"``, ``"op(``): where a
     custom op can be registered. Made once, by one scan of each module's text."""
-    index = r._global_cache.get(("quoted-names",))
+    index = r.quoted_names_cache
     if index is None:
         index = {}
         for top in r.packages:
@@ -125,8 +125,8 @@ def _quoted_names(r: "Resolver") -> dict[str, list[str]]:
                     continue
                 for name in set(_QUOTED_OP.findall(src.text)):
                     index.setdefault(name, []).append(modname)
-        r._global_cache[("quoted-names",)] = index  # type: ignore[assignment,index]
-    return index  # type: ignore[return-value]
+        r.quoted_names_cache = index
+    return index
 
 
 def _names_op(call: ast.Call, names: set[str]) -> bool:

@@ -37,7 +37,7 @@ import builtins
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Self, TypeVar, cast
 
 from layerc.grammar.pysource import SourceModule, SourceSet, first_line, parse_expression
 from layerc.ir.diagnostics import LayercError, Location, ParseError, source_line_at
@@ -90,6 +90,10 @@ _CLASS_RX = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^()]*)", re.M)
 
 #: the ``if`` tests a statement sits under, outermost first, each with whether it is in the ``else``
 Tests = tuple[tuple[ast.expr, bool], ...]
+#: a function's node: a ``def`` or a ``lambda``
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+#: what a branch's test is statically (True, False), or None
+Prune = Callable[[ast.expr], bool | None]
 
 
 class Value:
@@ -99,16 +103,16 @@ class Value:
         self.cond = cond
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[object, ...]:
         raise NotImplementedError
 
-    def with_cond(self, cond: str) -> "Value":
+    def with_cond(self, cond: str) -> Self:
         """This value under ``cond``, unless it has a condition already (the innermost one counts)."""
         if not cond or self.cond:
             return self
         return self.recond(cond)
 
-    def recond(self, cond: str) -> "Value":
+    def recond(self, cond: str) -> Self:
         """A copy of this value under ``cond`` instead of its own."""
         clone = object.__new__(type(self))
         for cls in type(self).__mro__:
@@ -131,7 +135,7 @@ class _Named(Value):
         self.qual = qual
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         return (self.tag, self.qual)
 
 
@@ -163,7 +167,7 @@ class ClsRef(Value):
         self.cls = cls
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         return ("cls", self.cls.qualname)
 
 
@@ -179,13 +183,13 @@ class Obj(Value):
         self.ctor = ctor
         self.declared = declared
         self.attrs: dict[str, list[Value]] = {}
-        self.inits: list | None = None
+        self.inits: dict[str, Frame] | None = None
         # built once, of strings and ints (a Site's dataclass hash runs Python code each time)
         where = (origin.path, origin.line, origin.col, origin.end_line) if origin is not None else None
         self._key = ("obj", cls.qualname, where, declared)
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         return self._key
 
 
@@ -199,7 +203,7 @@ class Fn(Value):
         self.closure = closure
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         return ("fn", self.fn.key, self.bound.key if self.bound is not None else None)
 
 
@@ -209,6 +213,7 @@ class Seq(Value):
     element is an unknown sequence."""
 
     __slots__ = ("elems", "items", "depth", "size", "_key")
+    depth: int  #: sequences nested in it, itself included
 
     def __init__(self, elems: list[Value], items: list[list[Value]] | None = None, cond: str = ""):
         super().__init__(cond)
@@ -219,10 +224,10 @@ class Seq(Value):
         self.items = items
         #: values held, nested ones included: what handing this sequence on costs (see ``value_size``)
         self.size = 1 + sum(map(value_size, elems)) + (sum(map(len, items)) if items is not None else 0)
-        self._key = None
+        self._key: tuple[object, ...] | None = None
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         if self._key is None:  # values never change: the key of a large nested sequence is built once
             self._key = ("seq", tuple(v.key for v in self.elems), len(self.items) if self.items is not None else -1)
         return self._key
@@ -236,7 +241,7 @@ class DictV(Value):
         self.entries = entries
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         return ("dict", id(self))
 
 
@@ -249,7 +254,7 @@ class SuperRef(Value):
         self.obj = obj
 
     @property
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         return ("super", self.cls.qualname, self.obj.key if self.obj is not None else None)
 
 
@@ -263,8 +268,11 @@ def value_size(v: Value) -> int:
     return 1
 
 
-def dedupe(values: Iterable[Value]) -> list[Value]:
-    seen: dict[tuple, Value] = {}
+V = TypeVar("V", bound=Value)
+
+
+def dedupe(values: Iterable[V]) -> list[V]:
+    seen: dict[tuple[object, ...], V] = {}
     for v in values:
         k = v.key
         if k not in seen:
@@ -282,13 +290,13 @@ def known(values: list[Value]) -> list[Value]:
 
 @dataclass(eq=False)
 class FuncInfo:
-    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    node: FunctionNode
     module: SourceModule
     cls: "ClassInfo | None"
     qualname: str
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[str, int, int]:
         return (self.module.name, self.node.lineno, self.node.col_offset)
 
     @property
@@ -322,7 +330,7 @@ class ClassInfo:
     methods: dict[str, FuncInfo] = field(default_factory=dict)
     body_assigns: dict[str, list[ast.expr]] = field(default_factory=dict)
     annotations: dict[str, ast.expr] = field(default_factory=dict)
-    _self_assigns: dict | None = None
+    _self_assigns: dict[str, list[tuple[FuncInfo, Binding]]] | None = None
 
     @property
     def name(self) -> str:
@@ -356,7 +364,7 @@ class Thunks:
     site: Site
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[object, ...]:
         f = self.frame
         return (self.site, f.fn.key if f.fn is not None else None,
                 f.self_obj.key if f.self_obj is not None else None, f.args.key if f.args is not None else None)
@@ -366,9 +374,9 @@ class Frame:
     """A function's evaluation context: which function, ``self``, the call's arguments, the
     enclosing frame (closures), and how deep in returns we are."""
 
-    __slots__ = ("fn", "module", "self_obj", "args", "parent", "depth", "cache", "busy")
+    __slots__ = ("fn", "module", "self_obj", "args", "parent", "depth", "cache", "busy", "consts")
 
-    def __init__(self, fn: FuncInfo | None, module: SourceModule | None = None, self_obj: Obj | None = None,
+    def __init__(self, fn: FuncInfo | None, module: SourceModule, self_obj: Obj | None = None,
                  args: Thunks | None = None, parent: "Frame | None" = None, depth: int = 0):
         self.fn = fn
         self.module = fn.module if fn is not None else module
@@ -378,6 +386,7 @@ class Frame:
         self.depth = depth
         self.cache: dict[str, list[Value]] = {}
         self.busy: set[str] = set()
+        self.consts: dict[str, list[object]] = {}  #: the constant values of locals (``ConstEval``)
 
 
 def cond_text(test: ast.expr, negate: bool = False) -> str:
@@ -434,7 +443,7 @@ def scope_bindings(body: list[ast.stmt], conds: tuple[str, ...] = (), tests: Tes
                 if item.optional_vars is not None:
                     yield from _target_bindings(item.optional_vars, item.context_expr, cond, kind="with", tests=tests)
             yield from scope_bindings(stmt.body, conds, tests)
-        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+        elif isinstance(stmt, (ast.Try, ast.TryStar)):
             yield from scope_bindings(stmt.body, conds, tests)
             for h in stmt.handlers:
                 yield from scope_bindings(h.body, conds, tests)
@@ -468,7 +477,8 @@ def attr_name(e: ast.expr) -> str | None:
     if isinstance(e, ast.Constant) and isinstance(e.value, str):
         return e.value
     if isinstance(e, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in e.values)
+        # an f-string's constant parts are its literal text
+        return "".join(cast(str, v.value) if isinstance(v, ast.Constant) else "{}" for v in e.values)
     return None
 
 
@@ -496,17 +506,18 @@ class Resolver:
         self.pruned: set[tuple[str, int, int]] = set()  #: branches the configuration decided against (file, line, col)
         self.packages = tuple(packages or sources.top_packages())
         self._globals: dict[str, dict[str, list[Binding]]] = {}
-        self._classes: dict[tuple, ClassInfo] = {}
-        self._funcs: dict[tuple, FuncInfo] = {}
-        self._objs: dict[tuple, Obj] = {}
+        self._classes: dict[tuple[str, int, int], ClassInfo] = {}
+        self._funcs: dict[tuple[str, int, int], FuncInfo] = {}
+        self._objs: dict[tuple[str, Site | None, bool], Obj] = {}
         self._global_cache: dict[tuple[str, str], list[Value]] = {}
+        self._registrations_cache: dict[tuple[str, str], list[tuple[object, list[Value]]]] = {}
         self._global_busy: set[tuple[str, str]] = set()
-        self._locals: dict[tuple, dict[str, list[Binding]]] = {}
+        self._locals: dict[tuple[object, ...], dict[str, list[Binding]]] = {}
         self._mro: dict[str, list[ClassInfo]] = {}
         self._bases: dict[str, list[Value]] = {}
         self._class_index: dict[str, list[tuple[str, str]]] | None = None
         self._subclasses: dict[str, list[ClassInfo]] = {}
-        self._returns: dict[tuple, list[Value]] = {}
+        self._returns: dict[tuple[object, ...], list[Value]] = {}
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self._depth = 0  #: evaluations under way (see ``MAX_RESOLVE_DEPTH``)
@@ -515,9 +526,11 @@ class Resolver:
         self.source_bytes = 0  #: bytes of the modules parsed so far (the work budgets grow with them)
         self._read: set[str] = set()
         self._import_busy: set[tuple[str, str]] = set()
-        self._super_inits: dict[tuple, ast.Call | None] = {}
+        self._super_inits: dict[tuple[object, ...], ast.Call | None] = {}
         self._key_calls: dict[ast.AST, ast.Call] = {}  #: by the subscript or getter call they stand for
         self.chosen_classes_cache: list[ClassInfo] | None = None  #: what ``knowns.selections`` build (pyregistry)
+        self.torch_op_cache: dict[tuple[str, str], list[Fn]] = {}  #: implementations of custom ops (pyregistry)
+        self.quoted_names_cache: dict[str, list[str]] | None = None  #: modules by the names they quote (pyregistry)
 
     # ---- modules and definitions
 
@@ -594,7 +607,7 @@ class Resolver:
                         ci.body_assigns.setdefault(stmt.target.id, []).append(stmt.value)
         return ci
 
-    def func_info(self, node, mod: SourceModule, cls: ClassInfo | None = None, outer: str = "") -> FuncInfo:
+    def func_info(self, node: FunctionNode, mod: SourceModule, cls: ClassInfo | None = None, outer: str = "") -> FuncInfo:
         key = (mod.name, node.lineno, node.col_offset)
         fi = self._funcs.get(key)
         if fi is None:
@@ -697,26 +710,26 @@ class Resolver:
         got = self._subclasses.get(ci.qualname)
         if got is not None:
             return got
-        self._index()
+        index = self._index()
         found: list[ClassInfo] = []
-        stack = [(ci, iter(self._class_index.get(ci.name, ())))]
+        stack = [(ci, iter(index.get(ci.name, ())))]
         while stack:
             base, candidates = stack[-1]
             for modname, name in candidates:
                 sub = self.find_class(modname, name)
                 if sub is not None and sub is not ci and sub not in found and base in self.mro(sub):
                     found.append(sub)
-                    stack.append((sub, iter(self._class_index.get(sub.name, ()))))
+                    stack.append((sub, iter(index.get(sub.name, ()))))
                     break
             else:
                 stack.pop()
         self._subclasses[ci.qualname] = found
         return found
 
-    def _index(self) -> None:
+    def _index(self) -> dict[str, list[tuple[str, str]]]:
         """Base name → (module, class) of every ``class X(...)`` in the packages (a text scan)."""
         if self._class_index is not None:
-            return
+            return self._class_index
         self._class_index = {}
         for top in self.packages:
             for modname in self.sources.package_modules(top):
@@ -726,18 +739,19 @@ class Resolver:
                 for m in _CLASS_RX.finditer(src.text):
                     for base in re.findall(r"[\w.]+", m.group(2)):
                         self._class_index.setdefault(base.split(".")[-1], []).append((modname, m.group(1)))
+        return self._class_index
 
     def few_subclasses(self, ci: ClassInfo, limit: int = 64) -> bool:
         """Whether a class has few enough direct subclass candidates (a text count, nothing
         parsed) to search them all: a base every model derives from (a config) is not."""
-        self._index()
-        return len(self._class_index.get(ci.name, ())) <= limit
+        return len(self._index().get(ci.name, ())) <= limit
 
     def self_assigns(self, ci: ClassInfo) -> dict[str, list[tuple[FuncInfo, Binding]]]:
         """``self.X = ...`` in every method of the class, with the ``if`` they sit under."""
         if ci._self_assigns is None:
             out: dict[str, list[tuple[FuncInfo, Binding]]] = {}
             for fi in ci.methods.values():
+                assert not isinstance(fi.node, ast.Lambda)  # a method: a def
                 args = fi.node.args.args
                 if not args:
                     continue
@@ -800,9 +814,9 @@ class Resolver:
                 call, caller = super_call
                 args = Thunks(_bind_exprs(init, call, skip_self=True), caller, self.site(caller.module, call))
             frame = Frame(init, init.module, obj, args)
-            obj.inits[init.cls.qualname] = frame
-            call = self._super_init(init)
-            args, super_call = None, (call, frame) if call is not None else None
+            obj.inits[cast(ClassInfo, init.cls).qualname] = frame  # a method: it has its class
+            super_init = self._super_init(init)
+            args, super_call = None, (super_init, frame) if super_init is not None else None
         return obj.inits
 
     def _super_init(self, init: FuncInfo) -> ast.Call | None:
@@ -840,7 +854,8 @@ class Resolver:
         # What construction assigns is the module's state; other methods' assignments (mode
         # switches such as ``enter_torch_compile``) count only where construction assigns nothing.
         inits = self.init_frames(obj) if not obj.declared else {}
-        constructed, later = [], []
+        constructed: list[Value] = []
+        later: list[Value] = []
         for c in classes:
             for fi, b in self.self_assigns(c).get(name, []):
                 frame = inits.get(c.qualname) if fi.name == "__init__" else None
@@ -885,7 +900,7 @@ class Resolver:
             if head in ("List", "list", "Sequence", "Tuple", "tuple", "Iterable"):
                 return [Seq([v for e in inner for v in self.declared(e, frame)])]
             return []
-        out = []
+        out: list[Value] = []
         for v in self.eval(annotation, frame):
             if isinstance(v, ClsRef):
                 out.append(self.make_obj(v.cls, None, None, declared=True))
@@ -908,7 +923,7 @@ class Resolver:
             for b in self.globals_of(mod).get(name, []):
                 out += self.live_values(b, frame)
             if not out:  # ``from .ops import *`` (chains of them): the name may come from there
-                for stmt in (self.tree(mod) or ast.Module(body=[])).body:
+                for stmt in (self.tree(mod) or ast.Module(body=[], type_ignores=[])).body:
                     if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
                         got = self.import_from(_import_base(stmt, mod), name)
                         if known(got):
@@ -929,25 +944,27 @@ class Resolver:
     def _binding_values(self, b: Binding, frame: Frame) -> list[Value]:
         mod = frame.module
         if b.kind == "def":
-            fi = self.func_info(b.node, mod, None, outer=_outer_prefix(frame))
+            fi = self.func_info(cast(FunctionNode, b.node), mod, None, outer=_outer_prefix(frame))
             return [Fn(fi, None, frame if frame.fn is not None else None)]
         if b.kind == "class":
-            return [ClsRef(self.class_info(b.node, mod, outer=_outer_prefix(frame)))]
+            return [ClsRef(self.class_info(cast(ast.ClassDef, b.node), mod, outer=_outer_prefix(frame)))]
         if b.kind == "importmod":
             return [self.module_value(b.target)]
         if b.kind == "import":
-            base = _import_base(b.node, mod)
+            base = _import_base(cast(ast.ImportFrom, b.node), mod)
             return self.import_from(base, b.target)
+        # the other kinds' node: the expression the value comes from (None for a starred target)
+        value = cast("ast.expr | None", b.node)
         if b.kind in ("assign", "with"):
-            return self.eval(b.node, frame) if b.node is not None else []
+            return self.eval(value, frame) if value is not None else []
         if b.kind == "unpack":
-            return self.unpack(self.eval(b.node, frame), b.index)
+            return self.unpack(self.eval(cast(ast.expr, value), frame), b.index)  # a tuple's: never starred
         if b.kind == "append":  # a list grown one element at a time holds that element
-            return [Seq(self.eval(b.node, frame))] if b.node is not None else []
+            return [Seq(self.eval(value, frame))] if value is not None else []
         if b.kind == "extend":
-            return [Seq(self.elements(self.eval(b.node, frame)))] if b.node is not None else []
+            return [Seq(self.elements(self.eval(value, frame)))] if value is not None else []
         if b.kind == "for":
-            vals = self.eval(b.node, frame) if b.node is not None else []
+            vals = self.eval(value, frame) if value is not None else []
             elems = self.elements(vals)
             return self.unpack(elems, b.index) if b.index >= 0 else elems
         return []
@@ -970,7 +987,7 @@ class Resolver:
         self._import_busy.add(key)
         try:
             # ``from pkg import name`` where pkg re-exports by ``from .x import *``
-            for stmt in (self.tree(mod) or ast.Module(body=[])).body:
+            for stmt in (self.tree(mod) or ast.Module(body=[], type_ignores=[])).body:
                 if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
                     got = self.import_from(_import_base(stmt, mod), name)
                     if known(got):
@@ -995,7 +1012,7 @@ class Resolver:
         return [Unknown(ident)]
 
     def _local(self, ident: str, frame: Frame) -> list[Value] | None:
-        fi = frame.fn
+        fi = cast(FuncInfo, frame.fn)  # asked of a function's frame only
         if ident in frame.cache:
             return frame.cache[ident]
         if ident in frame.busy:
@@ -1019,7 +1036,7 @@ class Resolver:
 
     def _param(self, ident: str, spec: tuple[int, ast.arg, ast.expr | None], frame: Frame) -> list[Value]:
         index, arg, default = spec
-        fi = frame.fn
+        fi = cast(FuncInfo, frame.fn)  # a parameter: of the frame's function
         if index == 0 and fi.cls is not None and not isinstance(fi.node, ast.Lambda) and "staticmethod" not in fi.decorators:
             if frame.self_obj is not None:
                 return [frame.self_obj]
@@ -1056,7 +1073,7 @@ class Resolver:
 
     # ---- expressions
 
-    def site(self, mod: SourceModule, node: ast.AST) -> Site:
+    def site(self, mod: SourceModule, node: ast.expr | ast.stmt) -> Site:
         return Site(mod.path, node.lineno, node.col_offset + 1, getattr(node, "end_lineno", None) or node.lineno)
 
     def eval(self, expr: ast.expr, frame: Frame) -> list[Value]:
@@ -1120,10 +1137,10 @@ class Resolver:
         if isinstance(e, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
             return [Seq(self.eval(e.elt, frame))]
         if isinstance(e, ast.Dict):
-            entries = []
-            for k, v in zip(e.keys, e.values):
+            entries: list[tuple[object, list[Value]]] = []
+            for k, item in zip(e.keys, e.values):
                 key = k.value if isinstance(k, ast.Constant) else None
-                entries.append((key, self.eval(v, frame)))
+                entries.append((key, self.eval(item, frame)))
             return [DictV(entries)]
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
             left, right = self.eval(e.left, frame), self.eval(e.right, frame)
@@ -1194,7 +1211,7 @@ class Resolver:
         got = self.consts.value(e, frame)
         return None if got is MISSING else got
 
-    def subscript(self, v: Value, index, is_slice: bool, frame: Frame, node: ast.Subscript | None = None) -> list[Value]:
+    def subscript(self, v: Value, index: object, is_slice: bool, frame: Frame, node: ast.Subscript | None = None) -> list[Value]:
         if isinstance(v, Seq):
             if is_slice:
                 return [v]
@@ -1221,7 +1238,7 @@ class Resolver:
     def is_mapping(self, ci: ClassInfo) -> bool:
         return any(b.split(".")[-1] in _MAPPING_BASES for b in self.external_bases(ci))
 
-    def dict_entry(self, d: DictV, index, index_text: str) -> list[Value]:
+    def dict_entry(self, d: DictV, index: object, index_text: str) -> list[Value]:
         """``d[index]``: the entry a known key names (none when every key is a constant and none
         matches: a ``KeyError``, or a getter's default); with the key unknown, every entry,
         each marked with the key that selects it."""
@@ -1242,7 +1259,7 @@ class Resolver:
             self._key_calls[node] = call
         return call
 
-    def mapping_contents(self, obj: Obj, index=None) -> list[Value]:
+    def mapping_contents(self, obj: Obj, index: object = None) -> list[Value]:
         """The values a dict subclass was built from (its constructor's first argument): the
         entry a known key names, else every one."""
         if obj.ctor is None:
@@ -1273,11 +1290,11 @@ class Resolver:
         ``register``'s body (its inner function) stores into the module's dict ``name``
         (``REG[key] = fn``). Keys are the decorator's first argument where it is a constant.
         Modules are read only where their text names the decorator."""
-        key = ("registrations", mod.name, name)
-        if key in self._global_cache:
-            return self._global_cache[key]  # type: ignore[return-value]
-        self._global_cache[key] = []  # type: ignore[assignment]
-        tree = self.tree(mod) or ast.Module(body=[])
+        key = (mod.name, name)
+        if key in self._registrations_cache:
+            return self._registrations_cache[key]
+        self._registrations_cache[key] = []
+        tree = self.tree(mod) or ast.Module(body=[], type_ignores=[])
         factories = [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and any(
             isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
             for s in ast.walk(f) if isinstance(s, ast.Assign) for t in s.targets)]
@@ -1289,7 +1306,7 @@ class Resolver:
                     src = self.sources.module(modname)
                     if src is None or not rx.search(src.text):
                         continue
-                    for node in ast.walk(self.tree(src) or ast.Module(body=[])):
+                    for node in ast.walk(self.tree(src) or ast.Module(body=[], type_ignores=[])):
                         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                             continue
                         for d in node.decorator_list:
@@ -1299,13 +1316,13 @@ class Resolver:
                             if fname in factories:
                                 k = call.args[0].value if call is not None and call.args and isinstance(call.args[0], ast.Constant) else None
                                 out.append((k, [Fn(self.func_info(node, src, None))]))
-        self._global_cache[key] = out  # type: ignore[assignment]
+        self._registrations_cache[key] = out
         return out
 
     def _lazy_attr(self, mod: SourceModule, name: str) -> list[Value]:
         """A name a module hands out through its ``__getattr__`` (PEP 562 lazy exports): looked
         up in the modules that function imports (``from . import impl``, ``from .impl import x``)."""
-        fn = next((s for s in (self.tree(mod) or ast.Module(body=[])).body
+        fn = next((s for s in (self.tree(mod) or ast.Module(body=[], type_ignores=[])).body
                    if isinstance(s, ast.FunctionDef) and s.name == "__getattr__"), None)
         if fn is None:
             return []
@@ -1326,10 +1343,10 @@ class Resolver:
     def _view(self, values: list[Value], view: str) -> list[Value]:
         """``d.items()``, ``d.values()``, ``d.keys()`` of a dict (an ``nn.ModuleDict``), as a
         sequence: of (key, value) tuples, of values, or of keys."""
-        out = []
+        out: list[Value] = []
         for v in values:
             if isinstance(v, DictV):
-                keys = [Ext("builtins.str")]
+                keys: list[Value] = [Ext("builtins.str")]
                 vals = [x for _, xs in v.entries for x in xs]
                 if view == "values":
                     out.append(Seq(vals))
@@ -1354,9 +1371,9 @@ class Resolver:
         if isinstance(func, ast.Name) and func.id == "super" and frame.fn is not None and frame.fn.cls is not None:
             return [SuperRef(frame.fn.cls, frame.self_obj)]
         if isinstance(func, ast.Name) and func.id == "getattr" and len(e.args) >= 2 and attr_name(e.args[1]) is not None:
-            out = []
+            out: list[Value] = []
             for v in self.eval(e.args[0], frame):
-                out += known(self.attr(v, attr_name(e.args[1])))
+                out += known(self.attr(v, cast(str, attr_name(e.args[1]))))  # a name: checked above
             if len(e.args) > 2:
                 out += self.eval(e.args[2], frame)
             return out or [Unknown(_short(e))]
@@ -1369,7 +1386,7 @@ class Resolver:
             if got:
                 return got
         callees = self.eval(func, frame)
-        out: list[Value] = []
+        out = []
         for c in callees:
             out += self.call_value(c, e, frame)
         return out or [Unknown(_short(e))]
@@ -1406,7 +1423,8 @@ class Resolver:
             if c.qual in ("builtins.enumerate", "builtins.zip") and e.args:
                 # one tuple per step: (index, element) or (element of each argument, ...)
                 columns = [self.elements(self.eval(a, frame)) for a in e.args]
-                items = ([[Ext("builtins.int")]] if last == "enumerate" else []) + columns
+                numbers: list[list[Value]] = [[Ext("builtins.int")]] if last == "enumerate" else []
+                items = numbers + columns
                 return [Seq([Seq(dedupe([v for col in items for v in col]), items)])]
             if (c.qual in ("functools.partial", "builtins.staticmethod", "builtins.classmethod") or c.qual in self.compilers) \
                     and e.args:
@@ -1446,7 +1464,7 @@ class Resolver:
     def _pass_through(self, e: ast.Call, frame: Frame) -> list[Value]:
         """What an unknown call may hand back: a function, class or list of modules given to it
         (registries' ``get(key, default)``, wrappers such as ``offloader.wrap_modules(layers)``)."""
-        out = []
+        out: list[Value] = []
         for a in list(e.args) + [k.value for k in e.keywords]:
             if isinstance(a, (ast.Name, ast.Attribute, ast.GeneratorExp, ast.ListComp, ast.Lambda)):
                 out += [v for v in self.eval(a, frame) if isinstance(v, (Fn, ClsRef, Seq))]
@@ -1516,7 +1534,7 @@ class Resolver:
                 return None
             names = {c.qual for c in classes if isinstance(c, Ext)}
             results = set()
-            for o in objs:
+            for o in cast("list[Obj]", objs):  # every one an instance: checked above
                 mro = self.mro(o.cls)
                 self.work += len(classes) * len(mro)
                 hit = any(isinstance(c, ClsRef) and c.cls in mro for c in classes)
@@ -1588,7 +1606,7 @@ class Resolver:
                 if fi is not None:
                     out.append(Fn(fi, self.make_obj(c, None, None, declared=True)))
                     break
-        return dedupe(out)  # type: ignore[return-value]
+        return dedupe(out)
 
     def forward_of(self, obj: Obj) -> list[Fn]:
         """What calling a module instance runs: ``__call__`` when a package class defines one,
@@ -1745,7 +1763,7 @@ def _import_base(stmt: ast.ImportFrom, mod: SourceModule) -> str:
     return ".".join(parts)
 
 
-def _params(node) -> dict[str, tuple[int, ast.arg, ast.expr | None]]:
+def _params(node: FunctionNode) -> dict[str, tuple[int, ast.arg, ast.expr | None]]:
     a = node.args
     positional = a.posonlyargs + a.args
     defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
@@ -1759,7 +1777,7 @@ def _params(node) -> dict[str, tuple[int, ast.arg, ast.expr | None]]:
     return out
 
 
-def _bind_exprs(target, call: ast.Call, skip_self: bool = True) -> dict[str, list[ast.expr]]:
+def _bind_exprs(target: FuncInfo | ClassInfo | None, call: ast.Call, skip_self: bool = True) -> dict[str, list[ast.expr]]:
     """Parameter name → argument expressions of ``call`` for ``target`` (a FuncInfo, a
     ClassInfo — its ``__init__`` — or None: keep positions as ``#i``)."""
     node = None
@@ -1811,7 +1829,7 @@ def _flat_targets(t: ast.expr) -> Iterator[tuple[int, ast.expr]]:
         yield -1, t
 
 
-def _walk_stmts(body: list[ast.stmt], cond: str = "", prune=None) -> Iterator[tuple[ast.stmt, str]]:
+def _walk_stmts(body: list[ast.stmt], cond: str = "", prune: Prune | None = None) -> Iterator[tuple[ast.stmt, str]]:
     """Every statement of a function body (not of nested functions), with the innermost
     condition it runs under. ``prune(test)`` may say a branch's test is statically True/False;
     the branch that cannot run is left out (and code after a decided ``return`` too)."""
@@ -1819,7 +1837,8 @@ def _walk_stmts(body: list[ast.stmt], cond: str = "", prune=None) -> Iterator[tu
         yield stmt, cond
 
 
-def walk_tested(body: list[ast.stmt], cond: str = "", prune=None, tests: Tests = ()) -> Iterator[tuple[ast.stmt, str, Tests]]:
+def walk_tested(body: list[ast.stmt], cond: str = "", prune: Prune | None = None,
+                tests: Tests = ()) -> Iterator[tuple[ast.stmt, str, Tests]]:
     """``_walk_stmts`` with the ``if`` tests each statement sits under. The statements after an
     ``if`` whose body returns run under its negation (after one that raises, an error guard,
     they are the normal path)."""
@@ -1839,7 +1858,7 @@ def walk_tested(body: list[ast.stmt], cond: str = "", prune=None, tests: Tests =
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
             yield from walk_tested(stmt.body, cond, prune, tests)
             yield from walk_tested(getattr(stmt, "orelse", []), cond, prune, tests)
-        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+        elif isinstance(stmt, (ast.Try, ast.TryStar)):
             yield from walk_tested(stmt.body, cond, prune, tests)
             for h in stmt.handlers:
                 yield from walk_tested(h.body, cond, prune, tests)

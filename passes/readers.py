@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerc.grammar.input_kinds import input_kind
 from layerc.ir.diagnostics import LayercError
+
+if TYPE_CHECKING:
+    from layerc.ir.graph import Module
+    from layerc.ir.memory import MemoryModule
+    from layerc.passes.optrace_passes import OpTraceModule
+    from layerc.passes.trace_passes import TraceModule
 
 
 @dataclass(frozen=True)
@@ -35,26 +41,26 @@ def read_module(path: str | Path, options: ReadOptions = ReadOptions()) -> tuple
     return ir, _READ[ir](path, options)
 
 
-def _graph(path, o: ReadOptions):
+def _graph(path: str | Path, o: ReadOptions) -> Module:
     from layerc.grammar.dumps import load
 
     return load(path, file=o.file, syntax=o.syntax)
 
 
-def _trace(path, o: ReadOptions):
+def _trace(path: str | Path, o: ReadOptions) -> TraceModule:
     from layerc.grammar.traces import read_trace
     from layerc.passes.trace_passes import TraceModule
 
     return TraceModule(read_trace(path))
 
 
-def _mem(path, o: ReadOptions):
+def _mem(path: str | Path, o: ReadOptions) -> MemoryModule:
     from layerc.grammar.ws_memory import read_ws_memory
 
     return read_ws_memory(path)
 
 
-def _optree(path, o: ReadOptions):
+def _optree(path: str | Path, o: ReadOptions) -> OpTraceModule:
     from layerc.grammar.pysource import SourceSet
     from layerc.passes.optrace_passes import OpTraceModule
 
@@ -66,7 +72,7 @@ def _optree(path, o: ReadOptions):
 _READ = {"graph": _graph, "trace": _trace, "mem": _mem, "optree": _optree}
 
 
-def _plugins() -> list:
+def _plugins() -> list[Any]:
     from importlib.metadata import entry_points
 
     found = []

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import import_module
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from layerc.ir.diagnostics import LayercError
 from layerc.passes.base import ModulePass
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 #: the IRs passes run on, and the commands whose pipelines run them
 IRS: dict[str, str] = {"graph": "opt, layer", "trace": "trace", "mem": "mem", "optree": "optrace"}
@@ -48,13 +51,13 @@ BUILTIN_PASSES: dict[str, tuple[str, str]] = {
 }
 
 
-def _loader(spec: str) -> Callable[[], type[ModulePass]]:
+def _loader(spec: str) -> Callable[[], type[ModulePass[Any]]]:
     module, _, cls = spec.partition(":")
     return lambda: getattr(import_module(module), cls)
 
 
 @lru_cache(maxsize=None)
-def get_all_passes(ir: str | None = None) -> dict[str, Callable[[], type[ModulePass]]]:
+def get_all_passes(ir: str | None = None) -> dict[str, Callable[[], type[ModulePass[Any]]]]:
     """Every known pass name (of one IR, or of all) with a factory that imports its class on
     first use. A plugin's IR is known only once it is loaded: it is loaded to be filtered."""
     passes = {name: _loader(spec) for name, (kind, spec) in BUILTIN_PASSES.items() if ir in (None, kind)}
@@ -68,7 +71,7 @@ def get_all_passes(ir: str | None = None) -> dict[str, Callable[[], type[ModuleP
 
 
 @lru_cache(maxsize=1)
-def discovered_passes() -> dict[str, type[ModulePass]]:
+def discovered_passes() -> dict[str, type[ModulePass[Any]]]:
     """Pass classes of this package's modules that ``BUILTIN_PASSES`` does not list (imports
     the modules it has not imported yet: only when a name is not found, or for a listing)."""
     import pkgutil
@@ -77,7 +80,7 @@ def discovered_passes() -> dict[str, type[ModulePass]]:
     import layerc.passes as package
 
     listed = {spec.partition(":")[0] for _, spec in BUILTIN_PASSES.values()}
-    found: dict[str, type[ModulePass]] = {}
+    found: dict[str, type[ModulePass[Any]]] = {}
     for info in pkgutil.iter_modules(package.__path__):
         module_name = f"{package.__name__}.{info.name}"
         if module_name in listed or info.ispkg:
@@ -92,7 +95,7 @@ def discovered_passes() -> dict[str, type[ModulePass]]:
     return found
 
 
-def with_discovered(ir: str | None = None) -> dict[str, Callable[[], type[ModulePass]]]:
+def with_discovered(ir: str | None = None) -> dict[str, Callable[[], type[ModulePass[Any]]]]:
     """Every pass of ``ir`` (or of all IRs), the package's unlisted modules included."""
     passes = dict(get_all_passes(ir))
     for name, cls in discovered_passes().items():
@@ -101,7 +104,7 @@ def with_discovered(ir: str | None = None) -> dict[str, Callable[[], type[Module
     return passes
 
 
-def _plugins() -> list:
+def _plugins() -> list[EntryPoint]:
     """The ``layerc.passes`` entry points (importlib.metadata is imported only when asked)."""
     from importlib.metadata import entry_points
 
@@ -123,19 +126,19 @@ def other_ir(name: str) -> str | None:
     return getattr(cls(), "ir", "graph") if cls is not None else None
 
 
-def _plugin_loader(ep) -> Callable[[], type[ModulePass]]:
+def _plugin_loader(ep: EntryPoint) -> Callable[[], type[ModulePass[Any]]]:
     """A plugin's pass class; a plugin that fails to import is named in a clear error."""
 
-    def load() -> type[ModulePass]:
+    def load() -> type[ModulePass[Any]]:
         try:
-            return ep.load()
+            return cast("type[ModulePass[Any]]", ep.load())
         except Exception as e:  # any import-time failure of third-party code
             raise LayercError(f"pass '{ep.name}' (plugin {ep.value}) failed to load: {type(e).__name__}: {e}") from None
 
     return load
 
 
-def get_pass_class(name: str) -> type[ModulePass]:
+def get_pass_class(name: str) -> type[ModulePass[Any]]:
     factory = get_all_passes().get(name) or with_discovered().get(name)
     if factory is None:
         raise LayercError(f"unknown pass '{name}'")

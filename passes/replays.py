@@ -30,7 +30,7 @@ def graph_replays(trace: Trace) -> dict[int, list[np.ndarray]]:
     k = trace.kernels
     by_launch = trace.replays()
     graphs: dict[int, list[np.ndarray]] = {}
-    signatures: dict[tuple, int] = {}
+    signatures: dict[tuple[object, ...], int] = {}
     for corr in sorted(by_launch, key=lambda c: k.start[by_launch[c][0]]):
         idx = by_launch[corr]
         if (k.graph_id[idx] >= 0).any():

@@ -100,8 +100,8 @@ def longest_paths(duration: np.ndarray, preds: Sequence[Sequence[int]]) -> tuple
     return finish, bottom
 
 
-def list_schedule(duration: Sequence[int], preds: Sequence[Sequence[int]], engines: int,
-                  needs_engine: Sequence[bool] | None = None) -> Schedule:
+def list_schedule(duration: Sequence[int] | np.ndarray, preds: Sequence[Sequence[int]], engines: int,
+                  needs_engine: Sequence[bool] | np.ndarray | None = None) -> Schedule:
     """Schedule tasks ``0..n-1`` (topologically ordered, ``preds[i]`` all ``< i``) on ``engines``
     (clamped to the tasks that need one: a larger N leaves engines idle and changes nothing)."""
     if engines < 1:
@@ -123,9 +123,9 @@ def list_schedule(duration: Sequence[int], preds: Sequence[Sequence[int]], engin
     succs: list[list[int]] = [[] for _ in range(n)]
     missing = np.zeros(n, np.int64)
     for i, ps in enumerate(preds):
-        ps = set(ps)
-        missing[i] = len(ps)
-        for p in ps:
+        distinct = set(ps)
+        missing[i] = len(distinct)
+        for p in distinct:
             succs[p].append(i)
     start = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
@@ -174,7 +174,8 @@ def list_schedule(duration: Sequence[int], preds: Sequence[Sequence[int]], engin
     return Schedule(engines, dur, start, end, engine, cp, critical)
 
 
-def sweep_engines(duration, preds, needs_engine=None, limit: int = MAX_AUTO_ENGINES) -> Schedule:
+def sweep_engines(duration: Sequence[int] | np.ndarray, preds: Sequence[Sequence[int]],
+                  needs_engine: Sequence[bool] | np.ndarray | None = None, limit: int = MAX_AUTO_ENGINES) -> Schedule:
     """The schedule with the fewest engines whose makespan equals the critical path (or with
     ``limit`` engines), its ``sweep`` listing every N tried."""
     tasks = int(np.asarray(needs_engine if needs_engine is not None else np.ones(len(duration)), bool).sum())
@@ -207,14 +208,14 @@ def graph_tasks(graph: Graph) -> tuple[list[Node], np.ndarray, list[list[int]], 
 
 
 @dataclass(frozen=True)
-class ListSchedule(ModulePass):
+class ListSchedule(ModulePass[Module]):
     """List-schedule every graph's ops on N engines (``auto``: the fewest that reach the critical path)."""
 
     name: ClassVar[str] = "schedule"
 
     engines: str = "1"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         parse_engines(self.engines)  # a ValueError: the pipeline's option error
 
     def apply(self, ctx: Context, module: Module) -> None:

@@ -12,7 +12,7 @@ from layerc.passes.base import Context, ModulePass
 
 
 @dataclass(frozen=True)
-class SelectGraph(ModulePass):
+class SelectGraph(ModulePass[Module]):
     """Keep one GraphModule section (default: monolithic.model, else the largest)."""
 
     name: ClassVar[str] = "select-graph"

@@ -4,24 +4,29 @@ and a layer) cut on the chain of ops every path into the later one crosses."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Collection, Mapping, Sequence, cast
 
-from layerc.ir.graph import OP, Node
+from layerc.ir.graph import OP, Node, Value
 from layerc.ir.targets import ALIASES, CASTS
 from layerc.passes.base import node_op_name
 from layerc.passes.slice_flow import POST, PRE, Runs, backward, forward, is_add
 
 #: The most paths into a layer cut one by one (a real boundary has a handful).
 MAX_PATH_CUTS = 64
+#: Each vertex of a flow graph (an op, a value, or a virtual source or sink) with its immediate
+#: dominator (None for the source)
+Dominators = dict[object, object | None]
 
 
-def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict, index: dict) -> None:
+def assign_boundaries(nodes: list[Node], regions: dict[tuple[int, int], list[Node]], layer: dict[Value, int],
+                      role: dict[Node, str], index: dict[Value, int]) -> None:
     """Split each region between layers ``a`` and ``d`` at its cut. An op between two layers that
     are not adjacent (a residual cast of layer ``a+1`` that only its closing add reads, which
     itself sits between ``a+1`` and ``a+2``) is placed again once its neighbours are: its
     forward and backward follows, now through placed ops, usually meet in one layer."""
     runs = Runs.over(nodes, layer)  # where each layer runs: the ops placed before any cut
 
-    def split(regions: dict) -> None:
+    def split(regions: dict[tuple[int, int], list[Node]]) -> None:
         for (a, d), members in regions.items():
             after = _after_cut(members, a, d, layer, index, runs)
             for n in members:
@@ -46,7 +51,8 @@ def assign_boundaries(nodes: list[Node], regions: dict, layer: dict, role: dict,
             return
 
 
-def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index: dict, activation: set[Node]) -> None:
+def assign_prologues(nodes: list[Node], A: dict[Node, int], layer: dict[Value, int], role: dict[Node, str],
+                     index: dict[Value, int], activation: set[Node]) -> None:
     """The ops between the model's inputs and a layer ``d`` that are ``d``'s own: those on the way
     into the layer's first ops (the ones no other op of ``d`` feeds: its input norm) after the last
     op that every path from the model's anchors into ``d`` crosses (the embedding, its scaling or
@@ -91,8 +97,8 @@ def assign_prologues(nodes: list[Node], A: dict, layer: dict, role: dict, index:
             layer[n], role[n] = d, "head"
 
 
-def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, index: dict,
-                 entry_inputs: set = frozenset()) -> set[Node]:
+def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict[Value, int], index: dict[Value, int],
+                 entry_inputs: set[Value] | frozenset[Value] = frozenset()) -> set[Node]:
     """Of the ops on the way into layer ``d``'s entries (``feeding``) and the ops of ``region``
     they feed that feed only ``d`` (a scaled residual), those after the last op every path from the model's anchors
     into ``d`` crosses; a cast right after that op is the layer's own first op."""
@@ -121,20 +127,20 @@ def _after_entry(feeding: set[Node], region: set[Node], d: int, layer: dict, ind
     idom = _dominators(preds, order, src)
     c, top = _cut(idom, sink, set(preds[sink]), stream)
     c = top if c is None else c
-    return stream if c is src else _downstream(list(stream), [c], index)
+    return stream if c is src else _downstream(list(stream), [cast(Node, c)], index)  # not the source: an op
 
 
-def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], index: dict[Node, int],
+def _after_cut(members: list[Node], a: int, d: int, layer: dict[Value, int], index: dict[Value, int],
                runs: Runs) -> set[Node]:
     """Boundary nodes that follow the last node every path from layer ``a`` to layer ``d`` crosses
     (and that run when layer ``a`` is done: ``runs``)."""
     region = set(members)
     # The flow graph: a virtual source feeding layer-a nodes, a virtual sink fed by layer-d nodes.
     src, sink = object(), object()
-    preds: dict[object, list[object]] = {}
-    targets = []
+    preds: dict[object, Sequence[object]] = {}
+    targets: list[Node] = []
     for n in members:
-        ps = []
+        ps: list[object] = []
         for v in n.inputs:
             if v in region:
                 ps.append(v)
@@ -142,7 +148,8 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
                 preds.setdefault(v, [src])
                 ps.append(v)
         preds[n] = ps or [src]
-    for v in [*members, *(v for v in preds if v not in region)]:  # what enters d from the region or beside it
+    # what enters d from the region or beside it (no virtual vertex yet: the others are values)
+    for v in [*members, *(cast(Value, v) for v in preds if v not in region)]:
         for u in v.users:
             if u not in region and layer.get(u) == d:
                 targets.append(u)
@@ -153,9 +160,9 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
         for v in t.inputs:
             if v not in region and layer.get(v) == a:
                 preds.setdefault(v, [src])  # a direct edge from layer a to layer d bypasses the region
-    order = {src: -1}
-    for v in preds:
-        order[v] = index[v]
+    order: dict[object, int] = {src: -1}
+    for vertex in preds:
+        order[vertex] = index[cast(Node, vertex)]  # no virtual vertex yet: the ops of layer a and the region
     for t in targets:
         preds[t] = [v for v in t.inputs if v in preds]
         order[t] = index[t]
@@ -168,16 +175,16 @@ def _after_cut(members: list[Node], a: int, d: int, layer: dict[Node, int], inde
     return {n for n in _downstream(members, cuts, index) if runs.next_layer(index[n]) != a}
 
 
-def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node]:
+def _region_cuts(idom: Dominators, sink: object, targets: list[Node], region: set[Node], src: object) -> list[Node]:
     """The cuts of a region between two layers: one, or where no op carries every path (a layer
     that hands the next one a side state beside its residual stream), one per path's target.
 
     With no cut (the residual bypasses the region: AD fuses the add into the next norm; or a
     weight-less tail runs into the final norm) the whole region stays in a, router arithmetic
     and the MoE tail with it."""
-    def one(end, others) -> Node | None:
+    def one(end: object, others: Collection[object]) -> Node | None:
         c, _ = _cut(idom, end, others, region)
-        return None if c is None or c is src else c
+        return None if c is None or c is src else cast(Node, c)  # not the source: an op
 
     found = one(sink, set(targets))
     if found is not None or idom.get(sink) is not src or len(targets) < 2:
@@ -187,7 +194,7 @@ def _region_cuts(idom: dict, sink, targets: list, region: set, src) -> list[Node
     return [c for t in targets if (c := one(t, set())) is not None]
 
 
-def _downstream(members: list[Node], cuts: list[Node], index: dict) -> set[Node]:
+def _downstream(members: list[Node], cuts: list[Node], index: dict[Value, int]) -> set[Node]:
     """Of ``members``, those fed (transitively, among them) by a cut, the cuts themselves aside."""
     after: set[Node] = set()
     for n in sorted(members, key=index.__getitem__):
@@ -196,7 +203,7 @@ def _downstream(members: list[Node], cuts: list[Node], index: dict) -> set[Node]
     return after
 
 
-def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, object]:
+def _cut(idom: Dominators, sink: object, targets: Collection[object], region: set[Node]) -> tuple[object | None, object]:
     """Where a region between two stretches of the program (two layers, or the model's anchors and
     a layer) is cut, and the op above the chain of the region's ops that every path into the
     later stretch crosses. The ops after the cut belong to the later stretch.
@@ -213,7 +220,7 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
     c = idom.get(sink)
     while c in targets:
         c = idom.get(c)
-    chain = []
+    chain: list[Node] = []
     while c in region:
         chain.append(c)
         c = idom.get(c)
@@ -221,7 +228,7 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
     if chain and isinstance(c, Node) and len({u for u in c.users if u in region or u in targets}) >= 2:
         return c, c  # the earlier stretch's last op is the fork (a final norm without a cast)
     if forks:
-        cut = forks[-1]
+        cut: object = forks[-1]
         while cut in region and node_op_name(cut) in CASTS:
             cut = idom.get(cut)
         return cut, c
@@ -238,9 +245,9 @@ def _cut(idom: dict, sink, targets: set, region: set) -> tuple[object | None, ob
     return None, c
 
 
-def _dominators(preds: dict, order: dict, src) -> dict:
+def _dominators(preds: Mapping[object, Sequence[object]], order: dict[object, int], src: object) -> Dominators:
     """Immediate dominators in a DAG, visiting nodes in topological order (Cooper–Harvey–Kennedy)."""
-    idom = {src: None}
+    idom: Dominators = {src: None}
     depth = {src: 0}
     for v in sorted(preds, key=order.__getitem__):
         if v is src:
@@ -256,7 +263,7 @@ def _dominators(preds: dict, order: dict, src) -> dict:
     return idom
 
 
-def _lca(x, y, idom, depth):
+def _lca(x: object, y: object, idom: Dominators, depth: dict[object, int]) -> object:
     while x is not y:
         if depth[x] >= depth[y]:
             x = idom[x]
@@ -265,7 +272,7 @@ def _lca(x, y, idom, depth):
     return x
 
 
-def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
+def align_ends(nodes: list[Node], layer: dict[Value, int], role: dict[Node, str], index: dict[Value, int]) -> None:
     """Periodicity: a layer opens as the layers of its kind usually do, and the last layer closes
     as the one before it of its kind does.
 
@@ -305,7 +312,7 @@ def align_ends(nodes: list[Node], layer: dict, role: dict, index: dict) -> None:
                 layer[n], role[n] = last, "tail"
 
 
-def _openings(nodes: list[Node], layer: dict, role: dict) -> list[tuple[int, list[Node]]]:
+def _openings(nodes: list[Node], layer: dict[Value, int], role: dict[Node, str]) -> list[tuple[int, list[Node]]]:
     """Each run of a layer, in program order (a looped stack runs each layer again), with the
     head ops it opens with. A run starts at the first seed of a layer after another layer's
     seeds; its opening is the layer's head ops seen since that other layer's last seed."""
@@ -325,7 +332,8 @@ def _openings(nodes: list[Node], layer: dict, role: dict) -> list[tuple[int, lis
     return openings
 
 
-def _align_heads(openings: list[tuple[int, list[Node]]], kind: dict, layer: dict, role: dict) -> None:
+def _align_heads(openings: list[tuple[int, list[Node]]], kind: dict[int, tuple[str, ...]], layer: dict[Value, int],
+                 role: dict[Node, str]) -> None:
     """A run's opening longer than its kind's usual one (the commonest, seen twice at least; in a
     short stack or a hybrid, the longest other run's opening it ends with) that ends with it
     gives the model the ops before it."""
@@ -347,7 +355,7 @@ def _align_heads(openings: list[tuple[int, list[Node]]], kind: dict, layer: dict
                 layer[n], role[n] = PRE, "outside"
 
 
-def _commonest(sequences: list[tuple]) -> tuple | None:
+def _commonest(sequences: list[tuple[str, ...]]) -> tuple[str, ...] | None:
     """The sequence seen most often, if twice at least (the shorter on a tie)."""
     counts = Counter(sequences)
     if not counts:
@@ -360,7 +368,7 @@ def _names(seq: list[Node]) -> list[str]:
     return [node_op_name(n) for n in seq]
 
 
-def _closing(members: list[Node], role: dict) -> list[Node]:
+def _closing(members: list[Node], role: dict[Node, str]) -> list[Node]:
     """A layer's tail ops after its last other op and after its last add (program order)."""
     i = len(members)
     while i and role.get(members[i - 1]) == "tail" and not is_add(members[i - 1]):

@@ -5,8 +5,9 @@ layers run), activations, and which layer runs next after a point of the program
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Callable, Iterable
 
-from layerc.ir.graph import OP, PLACEHOLDER, Node
+from layerc.ir.graph import OP, PLACEHOLDER, Node, Value
 from layerc.passes.base import node_op_name
 
 PRE = -1
@@ -30,7 +31,7 @@ class Runs:
         self.positions, self.layers = positions, layers
 
     @classmethod
-    def over(cls, nodes: list[Node], layer: dict[Node, int], layers_only: bool = False) -> "Runs":
+    def over(cls, nodes: list[Node], layer: dict[Value, int], layers_only: bool = False) -> "Runs":
         """The runs of the ops placed in ``layer`` (``layers_only``: in a decoder layer, not in
         the model's anchors before or after the stack)."""
         placed = [(i, layer[n]) for i, n in enumerate(nodes)
@@ -42,17 +43,18 @@ class Runs:
         return self.layers[i] if i < len(self.layers) else None
 
 
-def forward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
+def forward(nodes: list[Node], fixed: dict[Value, int]) -> dict[Node, int]:
     """A(n): the layer that last ran among those reaching n (fixed nodes keep their own)."""
     return _propagate(nodes, nodes, fixed, lambda n: n.inputs, max)
 
 
-def backward(nodes: list[Node], fixed: dict[Node, int]) -> dict[Node, int]:
+def backward(nodes: list[Node], fixed: dict[Value, int]) -> dict[Node, int]:
     """D(n): the layer that runs first among those n reaches (fixed nodes keep their own)."""
     return _propagate(nodes, reversed(nodes), fixed, lambda n: n.users, min)
 
 
-def _propagate(nodes: list[Node], order, fixed: dict[Node, int], neighbours, pick) -> dict[Node, int]:
+def _propagate(nodes: list[Node], order: Iterable[Node], fixed: dict[Value, int], neighbours: Callable[[Node], Iterable[Value]],
+               pick: Callable[[list[tuple[int, int]]], tuple[int, int]]) -> dict[Node, int]:
     """Latest and earliest by when a fixed op runs, not by its layer's number: in a stack the two
     agree, and in a looped model (the same layers run again, weights shared) the layer before
     a loop's first is its last, not a lower number. The model's anchors before the stack come

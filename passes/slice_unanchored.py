@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Node
+from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Node, Value
 from layerc.passes.base import node_op_name
 from layerc.passes.slice_flow import POST, PRE, Runs
 
 
-def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict, activation: set[Node]) -> None:
+def assign_unanchored(nodes: list[Node], layer: dict[Value, int], role: dict[Node, str], index: dict[Value, int],
+                      activation: set[Node]) -> None:
     """Ops fed by no layer (computed from placeholders, constants or model-level ops: masks,
     positions, rotary tables) that one layer alone reads join it when they are its own: computed
     from inputs only it reads (its KV cache), or computed inside it, after its first op (a
@@ -56,12 +57,12 @@ def assign_unanchored(nodes: list[Node], layer: dict, role: dict, index: dict, a
     runs = Runs.over(nodes, layer, layers_only=True)
     for n in nodes:
         if n.kind == OP and n not in layer and not is_batch_level(n):
-            d = _chain_link(n, layer, runs, index)
-            if d is not None:
-                layer[n], role[n] = d, "core"
+            linked = _chain_link(n, layer, runs, index)
+            if linked is not None:
+                layer[n], role[n] = linked, "core"
 
 
-def _chain_link(n: Node, layer: dict, runs: Runs, index: dict) -> int | None:
+def _chain_link(n: Node, layer: dict[Value, int], runs: Runs, index: dict[Value, int]) -> int | None:
     """The layer of an op that one layer reads and the next copies on (each layer casts the
     rotary table it was handed, and hands on its cast): computed while that layer runs and read
     there, its other readers the same op on it, in another layer's run."""

@@ -37,7 +37,7 @@ from layerc.passes.tag_weights import TagWeights
 
 def _seed_layer(node: Node) -> int | None:
     """The layer the op's tagged weights give (the most common; ties to the later layer)."""
-    tags = [w.meta["layer"] for w in node.inputs if isinstance(w, Weight) and w.meta.get("layer_source") == "name"]
+    tags: list[int] = [w.meta["layer"] for w in node.inputs if isinstance(w, Weight) and w.meta.get("layer_source") == "name"]
     if not tags:
         return None
     counts = Counter(tags)
@@ -56,8 +56,8 @@ def slice_graph(graph: Graph) -> None:
     """Assign ``meta['layer']``/``meta['layer_role']``/``meta['region']`` to every node of
     ``graph`` (see module doc)."""
     nodes = graph.nodes
-    index = {n: i for i, n in enumerate(nodes)}
-    fixed: dict[Node, int] = {n: s for n in nodes if n.kind == OP and (s := _seed_layer(n)) is not None}
+    index: dict[Value, int] = {n: i for i, n in enumerate(nodes)}
+    fixed: dict[Value, int] = {n: s for n in nodes if n.kind == OP and (s := _seed_layer(n)) is not None}
     # An op on a layer's weights alone that runs before the model reads its inputs (RWKV rescales
     # its weights in place first) prepares the model: it is the model's, not the layer's.
     live = activations(nodes)
@@ -79,7 +79,7 @@ def slice_graph(graph: Graph) -> None:
     A = forward(nodes, fixed)
     D = backward(nodes, fixed)
 
-    layer: dict[Node, int] = {}
+    layer: dict[Value, int] = {}
     role: dict[Node, str] = {}
     regions: dict[tuple[int, int], list[Node]] = {}
     for n in nodes:
@@ -118,7 +118,7 @@ def slice_graph(graph: Graph) -> None:
     _label(graph, layer, role, index)
 
 
-def _label(graph: Graph, layer: dict, role: dict, index: dict) -> None:
+def _label(graph: Graph, layer: dict[Value, int], role: dict[Node, str], index: dict[Value, int]) -> None:
     """Write the results to ``meta``; name each op's region: ``prologue`` (the model's ops before
     the layers and the ones they share), ``layer N``, ``epilogue`` (after the last layer)."""
     nodes = graph.nodes
@@ -149,12 +149,12 @@ def _label(graph: Graph, layer: dict, role: dict, index: dict) -> None:
     graph.meta["layers"] = sorted({n.meta["layer"] for n in nodes if n.meta.get("layer") is not None})
 
 
-def _feeds_layer(node: Node, layer: dict) -> bool:
+def _feeds_layer(node: Node, layer: dict[Value, int]) -> bool:
     return any(layer.get(u, PRE) not in (PRE, POST) for u in node.users)
 
 
 @dataclass(frozen=True)
-class SliceLayers(ModulePass):
+class SliceLayers(ModulePass[Module]):
     """Partition every graph into decoder layers by dataflow (meta 'layer' on nodes and weights)."""
 
     name: ClassVar[str] = "slice-layers"
@@ -172,7 +172,7 @@ class SliceLayers(ModulePass):
 
 
 @dataclass(frozen=True)
-class SliceLayer(ModulePass):
+class SliceLayer(ModulePass[Module]):
     """Keep only decoder layer N of the main graph; what it reads from outside becomes labelled inputs."""
 
     name: ClassVar[str] = "slice-layer"

@@ -24,6 +24,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import ClassVar, Iterator
 
 from layerc.ir.diagnostics import LayercError
@@ -42,7 +43,7 @@ MAX_LAYER_DIGITS = 18
 MATCH_SECONDS = 5.0
 
 
-def compile_pattern(text: str) -> re.Pattern:
+def compile_pattern(text: str) -> re.Pattern[str]:
     """The pattern as a compiled regex with at least one group; a LayercError ``pattern: ...``
     (the pipeline adds the pass's name and the place) when it is none."""
     try:
@@ -54,7 +55,7 @@ def compile_pattern(text: str) -> re.Pattern:
     return pattern
 
 
-def weight_layer(weight: Weight, pattern: re.Pattern, dotted: re.Pattern | None) -> int | None:
+def weight_layer(weight: Weight, pattern: re.Pattern[str], dotted: re.Pattern[str] | None) -> int | None:
     m = pattern.search(weight.name)
     if m is None and dotted is not None and weight.target:
         m = dotted.search(weight.target)
@@ -117,7 +118,7 @@ def _deadline(seconds: float) -> Iterator[None]:
         yield
         return
 
-    def expire(signum, frame):
+    def expire(signum: int, frame: FrameType | None) -> None:
         raise _Overtime()
 
     previous = signal.signal(signal.SIGALRM, expire)
@@ -130,14 +131,14 @@ def _deadline(seconds: float) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class TagWeights(ModulePass):
+class TagWeights(ModulePass[Module]):
     """Tag each weight with the decoder layer its name gives (meta 'layer'; None when none)."""
 
     name: ClassVar[str] = "tag-weights"
     #: A regex whose first group is the layer number (default: the repeated module list).
     pattern: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.pattern, str):
             raise LayercError(f"pattern: a regular expression (text), not {type(self.pattern).__name__}")
         compile_pattern(self.pattern or DEFAULT_PATTERN)

@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable
+from typing import Any, Iterable, cast
 
 import numpy as np
 
@@ -73,9 +73,9 @@ class LayerResult:
     layers_per_pass: list[int] = field(default_factory=list)
     partial: list[bool] = field(default_factory=list)  #: per pass: fewer layers than the complete passes (cut by the profile)
     stack: np.ndarray | None = None  #: per kernel: which of ``stacks`` its layer is in, or -1
-    stacks: list[dict] = field(default_factory=list)  #: class, parent, layers (per pass that runs it), offset
+    stacks: list[dict[str, Any]] = field(default_factory=list)  #: class, parent, layers (per pass that runs it), offset
     steps: list[int] = field(default_factory=list)  #: per pass: its training step (``ProfilerStep#N``), or -1
-    evidence: dict = field(default_factory=dict)  #: what the decision rests on
+    evidence: dict[str, Any] = field(default_factory=dict)  #: what the decision rests on
     warnings: list[str] = field(default_factory=list)
 
 
@@ -223,7 +223,7 @@ class _Pass:
     @cached_property
     def norm_like(self) -> np.ndarray:
         """Norm kernels and layer-start kernels."""
-        return (self.kind == NORM) | self.start_flag
+        return cast(np.ndarray, (self.kind == NORM) | self.start_flag)
 
     def take(self, keep: np.ndarray) -> _Pass:
         """The kernels ``keep`` (a mask) as a pass of their own."""
@@ -381,7 +381,7 @@ def structural(p: _Pass, period: int = 0) -> np.ndarray:
     names, inverse = np.unique(p.token[weak], return_inverse=True)
     seen = np.unique(inverse.reshape(-1) * (units + 1) + np.maximum(unit[weak], 0))  # distinct (name, period)
     recurs = np.bincount(seen // (units + 1), minlength=len(names)) >= RECURS * units
-    keep = ~weak
+    keep: np.ndarray = ~weak
     keep[np.nonzero(weak)[0][recurs[inverse.reshape(-1)]]] = True
     return keep
 
@@ -547,12 +547,12 @@ def boundary_layers(p: _Pass) -> np.ndarray:
             continue  # drop the next start: the thin segment runs on into it
         if nxt is not None:
             kept.append(nxt)
-    starts = np.array(kept)
+    begins = np.array(kept)
     # the last half layer ends at its last heavy kernel (the lm_head and sampling are not in it)
-    tail = heavy[heavy >= starts[-1]]
-    ends = np.r_[starts[1:], _last_layer_end(p, starts[-1], tail)]
+    tail = heavy[heavy >= begins[-1]]
+    ends = np.r_[begins[1:], _last_layer_end(p, begins[-1], tail)]
     i = 0
-    for a, b in zip(starts.tolist(), ends.tolist()):
+    for a, b in zip(begins.tolist(), ends.tolist()):
         if _is_half_layer(p.kind[a:b]):
             layer[a:b] = i  # not the final norm before the lm_head
             i += 1
@@ -633,7 +633,7 @@ def _after_attention_output(p: _Pass, pos: np.ndarray) -> int:
     the residual add; -1 when the layer has no such GEMM or nothing follows it."""
     kind = p.kind[pos]
     att = np.nonzero(kind == ATTENTION)[0]
-    gemm = np.nonzero(kind[att[-1] :] == LINEAR)[0] if len(att) else []
+    gemm: np.ndarray | list[int] = np.nonzero(kind[att[-1] :] == LINEAR)[0] if len(att) else []
     if not len(gemm):
         return -1
     j = int(att[-1] + gemm[0]) + 1
@@ -784,8 +784,8 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
         pass_s[idx] = base + run
         base += int(run.max()) + 1 if len(run) else 1
     confidence = float(sum(scores) / max(len(k), 1)) * float((layer >= 0).mean() if len(k) else 0)
-    period = Counter(periods).most_common(1)[0][0] if periods else None
-    found = LayerResult(layer, pass_s, name, confidence, period, per_pass_counts(layer, pass_s))
+    usual_period = Counter(periods).most_common(1)[0][0] if periods else None
+    found = LayerResult(layer, pass_s, name, confidence, usual_period, per_pass_counts(layer, pass_s))
     found.stack = np.where(layer >= 0, np.maximum(stack, 0), -1)
     return found
 
@@ -885,8 +885,11 @@ def _with_spans(trace: Trace, spans: Spans, pass_of: np.ndarray, found: LayerRes
     k = trace.kernels
     pieces = by_pass(found.pass_of if found is not None else pass_of, k.start)
     covered = [found is None or (spans.layer[idx] >= 0).mean() >= 0.25 for idx in pieces]
+    # ``found`` is read only for the passes the spans do not cover, which there are only when it
+    # was given (with no passes at all, it is handed back as it came)
+    fallback = cast(LayerResult, found)
     if not any(covered):
-        return found
+        return fallback
     layer, pass_s = np.full(len(k), -1, np.int64), np.zeros(len(k), np.int64)
     base, weight, used = 0, 0.0, set()
     for idx, spanned in _blocks(pieces, covered, pass_of):
@@ -897,10 +900,10 @@ def _with_spans(trace: Trace, spans: Spans, pass_of: np.ndarray, found: LayerRes
                 got = _split_each_run(got, run, columns, idx)
             weight += float((spans.layer[idx] >= 0).sum())
         else:
-            got, run = found.layer[idx], np.zeros(len(idx), np.int64)
-            weight += found.confidence * len(idx)
+            got, run = fallback.layer[idx], np.zeros(len(idx), np.int64)
+            weight += fallback.confidence * len(idx)
         if (got >= 0).any():
-            used.add("ground-truth" if spanned else found.strategy)
+            used.add("ground-truth" if spanned else fallback.strategy)
         layer[idx], pass_s[idx] = got, base + run
         base += int(run.max()) + 1
     if found is None or found.strategy not in used:
@@ -957,7 +960,7 @@ def _restarts(spans: Spans, idx: np.ndarray, start: np.ndarray, end: np.ndarray)
     return np.searchsorted(np.array(cut), np.arange(len(idx)), side="right") - 1
 
 
-def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern) -> np.ndarray:
+def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern[str]) -> np.ndarray:
     """Per kernel: whether its short name matches ``rx`` (tested once per distinct name)."""
     ids, inverse = np.unique(short, return_inverse=True)
     hit = np.array([bool(rx.search(trace.strings[int(s)] or "")) for s in ids.tolist()], bool)
@@ -985,4 +988,4 @@ def by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
 
 def per_pass_counts(layer: np.ndarray, pass_of: np.ndarray) -> list[int]:
     """Distinct layers in each pass."""
-    return evidence.layers_per_pass(layer, pass_of, int(pass_of.max()) + 1 if len(pass_of) else 0).tolist()
+    return cast("list[int]", evidence.layers_per_pass(layer, pass_of, int(pass_of.max()) + 1 if len(pass_of) else 0).tolist())

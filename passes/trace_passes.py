@@ -20,7 +20,8 @@ from layerc.passes.base import Analysis, Context, ModulePass
 from layerc.passes.registry import get_all_passes
 from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
-from layerc.passes.trace_layers import STRATEGIES, LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
+from layerc.passes.layer_strategies import STRATEGIES
+from layerc.passes.trace_layers import LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
 
 #: each kernel's pass and decoder layer, one detection per (trace, strategy, classification, merge)
 TRACE_LAYERS: Analysis[LayerResult] = Analysis("trace-layers", detect_layers)

@@ -19,6 +19,7 @@ A pass is one forward step of the model, not one graph launch:
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def passes(trace: Trace, kind: np.ndarray | None = None, host: tuple[np.ndarray,
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    return rank[key]
+    return cast(np.ndarray, rank[key])
 
 
 def _dense(values: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import warnings
 from layerc.ir.diagnostics import LayercError
 
 
-def compile_user_regex(text: str, limit: int | None = None) -> re.Pattern:
+def compile_user_regex(text: str, limit: int | None = None) -> re.Pattern[str]:
     """``re.compile(text)``; a LayercError (the caller names the option) when it is longer than
     ``limit`` characters or does not compile."""
     if limit is not None and len(text) > limit:

@@ -58,5 +58,8 @@ def test_trace_specs_write_traces_layerc_reads(tmp_path_factory, spec):
 @given(memory_plan_specs())
 def test_memory_plan_specs_write_plans_layerc_reads(tmp_path_factory, spec):
     folder = tmp_path_factory.mktemp("m")
-    spec.write(folder)
-    assert len(layerc.read_memory_plan(folder).kernels) == spec.kernels
+    written = spec.write(folder)
+    kernels = layerc.read_memory_plan(folder).kernels
+    # a random kernel may have nothing the planner dumps (no SMEM, no TMEM, no channel): it writes no file
+    assert 1 <= len(kernels) <= spec.kernels and written
+    assert all(k.graphs for k in kernels)

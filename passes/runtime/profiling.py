@@ -8,7 +8,13 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from layerc.grammar.hf_config import ModelSpec
+    from layerc.ir.graph import Graph
+    from layerc.ir.trace import Trace
+    from layerc.passes.cost import Hardware
 
 #: device-name substrings → hardware presets (first match wins)
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("MI300X", "mi300x"))
@@ -17,15 +23,17 @@ DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200",
 class Result:
     """A profiled layer: the graph (costed), the trace, and per op the measured durations (ns)."""
 
-    def __init__(self, spec, graph, hardware, trace, measured, layer_ranges, op_ranges, check, device, dtype, args):
+    def __init__(self, spec: ModelSpec, graph: Graph, hardware: Hardware, trace: Trace, measured: dict[str, list[int]],
+                 layer_ranges: list[tuple[int, int]], op_ranges: list[tuple[str, int, int]], check: dict[str, Any] | None,
+                 device: str, dtype: str, args: argparse.Namespace) -> None:
         self.spec, self.graph, self.hardware, self.trace = spec, graph, hardware, trace
         self.measured, self.layer_ranges, self.op_ranges = measured, layer_ranges, op_ranges
         self.check, self.device, self.dtype, self.args = check, device, dtype, args
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         from layerc.ir.graph import op_label
 
-        rows = []
+        rows: list[dict[str, Any]] = []
         for n in self.graph.ops:
             label = op_label(n)
             if label not in self.measured:
@@ -39,7 +47,7 @@ class Result:
                          "ratio": round(meas / sim, 3) if sim else None, "kernel": c.is_kernel})
         return rows
 
-    def errors(self) -> dict:
+    def errors(self) -> dict[str, Any]:
         rows = [r for r in self.rows() if r["kernel"] and r["measured_us"] > 0]
         if not rows:
             return {}
@@ -51,7 +59,7 @@ class Result:
                 "measured_layer_us": round(layer, 3), "measured_ops_us": round(sum(r["measured_us"] for r in rows), 3),
                 "simulated_layer_us": round(self.graph.meta["cost"]["time_ns"] / 1e3, 3)}
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         meta = {k: v for k, v in self.graph.meta.items() if isinstance(v, (str, int, float))}
         hw = self.hardware
         return {"layer": meta, "device": self.device, "dtype": self.dtype, "repeat": self.args.repeat,
@@ -60,7 +68,7 @@ class Result:
                 "check": self.check, "summary": self.errors(), "ops": self.rows()}
 
 
-def profile_layer(spec, args: argparse.Namespace, device: str, dtype: str, read_back: Callable[[Any], Any]) -> Result:
+def profile_layer(spec: ModelSpec, args: argparse.Namespace, device: str, dtype: str, read_back: Callable[[Any], Any]) -> Result:
     """Build, check, warm up, profile, read back (``read_back(profiler)``: the profile as a
     ``Trace``), cost."""
     import torch
@@ -113,7 +121,7 @@ def profile_layer(spec, args: argparse.Namespace, device: str, dtype: str, read_
     return Result(spec, graph, ctx.analyses["hardware"], trace, measured, layer_ranges, op_ranges, check, device, dtype, args)
 
 
-def check_fits(graph, device: str, torch) -> None:
+def check_fits(graph: Graph, device: str, torch: Any) -> None:
     """Refuse a step whose tensors cannot fit the device before allocating any: the graph's
     weights, inputs and results (each op's, once) against the memory there is (physical memory
     and the address-space limit on cpu; the GPU's memory on cuda)."""
@@ -127,7 +135,7 @@ def check_fits(graph, device: str, torch) -> None:
                           f"{need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of {device}: give smaller sizes")
 
 
-def _device_memory(device: str, torch) -> int:
+def _device_memory(device: str, torch: Any) -> int:
     """Bytes the run may use on ``device`` (0: unknown)."""
     if device.startswith("cuda"):
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
@@ -142,7 +150,8 @@ def _device_memory(device: str, torch) -> int:
     return min(known) if known else 0
 
 
-def _hardware(args, device: str, dtype: str, load_hardware, calibrate_host):
+def _hardware(args: argparse.Namespace, device: str, dtype: str, load_hardware: Callable[[str], Hardware],
+              calibrate_host: Callable[[str], Hardware]) -> Hardware:
     import torch
 
     name = args.hw
@@ -161,7 +170,7 @@ def _hardware(args, device: str, dtype: str, load_hardware, calibrate_host):
     return load_hardware(name)
 
 
-def _sync(torch, device: str) -> None:
+def _sync(torch: Any, device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(torch.device(device))
 
@@ -171,7 +180,8 @@ def _progress(text: str) -> None:
         sys.stderr.write(f"layerc: {text}...\n")
 
 
-def _measure(trace, graph, layer: int, phase: str, device: str):
+def _measure(trace: Trace, graph: Graph, layer: int, phase: str,
+             device: str) -> tuple[dict[str, list[int]], list[tuple[int, int]], list[tuple[str, int, int]]]:
     """Per op label, its range's duration in each run (GPU time on CUDA when the profile has
     GPU projections of the ranges, CPU time otherwise); the runs' layer ranges; each op range."""
     import numpy as np
@@ -186,7 +196,8 @@ def _measure(trace, graph, layer: int, phase: str, device: str):
     labels = {op_label(n) for n in graph.ops}
     prefix = f"layer {layer} ({phase}) run "
     measured: dict[str, list[int]] = {}
-    layer_ranges, op_ranges = [], []
+    layer_ranges: list[tuple[int, int]] = []
+    op_ranges: list[tuple[str, int, int]] = []
     order = np.nonzero(use)[0]
     order = order[np.argsort(ann.start[order], kind="stable")]
     for i in order.tolist():

@@ -11,16 +11,24 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from layerc.grammar.decoder_layer import LayerShape
 from layerc.grammar.hf_config import ModelSpec
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Node, Value, Weight, map_values
+from layerc.ir.types import TensorType
 from layerc.passes.base import node_op_name
 
+if TYPE_CHECKING:
+    from layerc.passes.cost import Hardware
 
-def require_torch():
+#: a torch tensor (torch is an optional extra: its objects are not type-checked here)
+Tensor = Any
+
+
+def require_torch() -> Any:
     try:
         import torch
         import transformers  # noqa: F401  (checked here, used by the callers)
@@ -29,13 +37,13 @@ def require_torch():
     return torch
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> Any:
     torch = require_torch()
     return getattr(torch, name.removeprefix("torch."))
 
 
 # -- the ops ------------------------------------------------------------------------------------
-def _rope(x, cos, sin, interleaved):
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     torch = require_torch()
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [B, S, d] → [B, 1, S, d], broadcast over heads
     if interleaved:  # DeepSeek: rotate (x0, x1), (x2, x3)... pairs; cos/sin hold each angle twice
@@ -48,21 +56,21 @@ def _rope(x, cos, sin, interleaved):
     return x * cos + rotated * sin
 
 
-def _kv_cache_update(cache, parts, start):
+def _kv_cache_update(cache: Tensor, parts: Sequence[Tensor], start: int) -> Tensor:
     torch = require_torch()
     new = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
     cache[:, :, start: start + new.shape[2]].copy_(new)
     return cache
 
 
-def _causal_mask(sq: int, kv_len: int, device):
+def _causal_mask(sq: int, kv_len: int, device: Any) -> Tensor:
     """True where query i (the last ``sq`` positions) may see key j."""
     torch = require_torch()
     q = torch.arange(kv_len - sq, kv_len, device=device)[:, None]
     return torch.arange(kv_len, device=device)[None, :] <= q
 
 
-def _attention(q, k, v, scale, causal, dv=None):
+def _attention(q: Tensor, k: Tensor, v: Tensor | None, scale: float, causal: bool, dv: int | None = None) -> Tensor:
     torch = require_torch()
     if v is None:
         v = k[..., :dv]
@@ -74,7 +82,7 @@ def _attention(q, k, v, scale, causal, dv=None):
                                                             is_causal=causal and 1 < sq == kv_len)
 
 
-def _softmax(x, scale, causal, q_len):
+def _softmax(x: Tensor, scale: float, causal: bool, q_len: int) -> Tensor:
     torch = require_torch()
     scores = x.float() * scale
     if causal:
@@ -85,7 +93,8 @@ def _softmax(x, scale, causal, q_len):
     return torch.softmax(scores, dim=-1).to(x.dtype)
 
 
-def _topk_router(logits, bias, kind, top_k, n_group, topk_group, normalize, scale):
+def _topk_router(logits: Tensor, bias: Tensor | None, kind: str, top_k: int, n_group: int, topk_group: int, normalize: bool,
+                 scale: float) -> tuple[Tensor, Tensor]:
     """transformers' MixtralTopKRouter (softmax) and DeepseekV3TopkRouter (sigmoid, grouped)."""
     torch = require_torch()
     logits = logits.float()
@@ -107,7 +116,7 @@ def _topk_router(logits, bias, kind, top_k, n_group, topk_group, normalize, scal
     return weights * scale, ids
 
 
-def _moe_experts(x, ids, weights, w_gate_up, w_down):
+def _moe_experts(x: Tensor, ids: Tensor, weights: Tensor, w_gate_up: Tensor, w_down: Tensor) -> Tensor:
     """transformers' eager experts loop: each expert the tokens reach runs on its tokens."""
     torch = require_torch()
     f = torch.nn.functional
@@ -120,7 +129,7 @@ def _moe_experts(x, ids, weights, w_gate_up, w_down):
     return out
 
 
-def _impl() -> dict[str, Callable]:
+def _impl() -> dict[str, Callable[..., Any]]:
     torch = require_torch()
     f = torch.nn.functional
     return {
@@ -151,7 +160,7 @@ def _impl() -> dict[str, Callable]:
 class GraphRunner:
     """Executes a layer graph with tensors for its weights; ``run(inputs)`` returns the output."""
 
-    def __init__(self, graph: Graph, weights: dict[str, Any]):
+    def __init__(self, graph: Graph, weights: dict[str, Any]) -> None:
         self.graph = graph
         self.impl = _impl()
         missing = [w.name for w in graph.weights.values() if w.name not in weights]
@@ -162,7 +171,7 @@ class GraphRunner:
         if unknown:
             raise LayercError(f"cannot run op(s) {', '.join(unknown)} with torch")
 
-    def run(self, inputs: dict[str, Any], annotate: bool = False):
+    def run(self, inputs: dict[str, Any], annotate: bool = False) -> Any:
         torch = require_torch()
         env: dict[Value, Any] = {w: self.weights[w.name] for w in self.graph.weights.values()}
         result = None
@@ -173,7 +182,8 @@ class GraphRunner:
                 fn = self.impl[node_op_name(node)]
                 args = map_values(node.args, lambda v: env[v])
                 if node_op_name(node) == "attention" and args[2] is None:
-                    args = (*args, node.type.shape[-1])
+                    # attention's result: a tensor of known shape
+                    args = (*args, cast("tuple[int, ...]", cast(TensorType, node.type).shape)[-1])
                 scope = torch.profiler.record_function(node.meta.get("label") or node.name) if annotate else contextlib.nullcontext()
                 with scope:
                     env[node] = fn(*args)
@@ -183,7 +193,7 @@ class GraphRunner:
 
 
 # -- the host as hardware --------------------------------------------------------------------------
-def calibrate_host(dtype: str = "float32", seed: int = 0):
+def calibrate_host(dtype: str = "float32", seed: int = 0) -> Hardware:
     """A Hardware for this CPU, measured in a second: the matrix peak of a 1024³ matmul; the
     bandwidth an eager op gets — an out-of-place multiply of a 16 MB tensor, so the result's
     allocation and first touch count, as they do for every eager op; the vector rate of an
@@ -198,7 +208,7 @@ def calibrate_host(dtype: str = "float32", seed: int = 0):
     dt = torch_dtype(dtype)
     gen = torch.Generator().manual_seed(seed)
 
-    def best(fn, n: int) -> float:
+    def best(fn: Callable[[], object], n: int) -> float:
         fn()
         times = []
         for _ in range(n):
@@ -227,7 +237,7 @@ def calibrate_host(dtype: str = "float32", seed: int = 0):
 
 
 # -- transformers ---------------------------------------------------------------------------------
-def transformers_layer(spec: ModelSpec, layer: int, dtype: str, device: str, seed: int = 0):
+def transformers_layer(spec: ModelSpec, layer: int, dtype: str, device: str, seed: int = 0) -> tuple[Any, Any, Any]:
     """transformers' decoder layer ``layer`` of ``spec`` with random weights (seeded; norms near 1)
     and its rotary embedding, in eval mode on ``device``."""
     torch = require_torch()
@@ -258,17 +268,17 @@ def transformers_layer(spec: ModelSpec, layer: int, dtype: str, device: str, see
     return block.to(device=device, dtype=dt).eval(), rotary.to(device), config
 
 
-def _find_class(mod, suffix: str):
+def _find_class(mod: ModuleType, suffix: str) -> type[Any]:
     found = [v for k, v in vars(mod).items() if k.endswith(suffix) and isinstance(v, type) and v.__module__ == mod.__name__]
     if not found:
         raise LayercError(f"{mod.__name__} has no *{suffix} class")
     return found[0]
 
 
-def layer_weights(graph: Graph, block) -> dict[str, Any]:
+def layer_weights(graph: Graph, block: Any) -> dict[str, Any]:
     """The graph's weights taken from the transformers layer, by parameter path."""
     state = block.state_dict()
-    out = {}
+    out: dict[str, Any] = {}
     for w in graph.weights.values():
         if w.target not in state:
             raise LayercError(f"the transformers layer has no '{w.target}' (for weight '{w.name}')")
@@ -276,7 +286,7 @@ def layer_weights(graph: Graph, block) -> dict[str, Any]:
     return out
 
 
-def layer_inputs(graph: Graph, spec: ModelSpec, shape: LayerShape, rotary, dtype: str, device: str, seed: int = 1) -> dict[str, Any]:
+def layer_inputs(graph: Graph, spec: ModelSpec, shape: LayerShape, rotary: Any, dtype: str, device: str, seed: int = 1) -> dict[str, Any]:
     """Random hidden states, the rotary cos/sin of the new positions, and KV caches whose first
     ``past`` rows are random (what earlier steps would have written)."""
     torch = require_torch()
@@ -291,13 +301,13 @@ def layer_inputs(graph: Graph, spec: ModelSpec, shape: LayerShape, rotary, dtype
     out["cos"], out["sin"] = cos.to(dt), sin.to(dt)
     for ph in graph.placeholders:
         if ph.name.endswith("_cache"):
-            cache = torch.zeros(ph.type.shape, dtype=dt, device=device)
+            cache = torch.zeros(cast(TensorType, ph.type).shape, dtype=dt, device=device)  # a cache: a tensor
             cache[:, :, : shape.past] = torch.randn(cache[:, :, : shape.past].shape, generator=gen).to(device=device, dtype=dt)
             out[ph.name] = cache
     return out
 
 
-def transformers_output(block, config, spec: ModelSpec, shape: LayerShape, inputs: dict[str, Any], layer: int):
+def transformers_output(block: Any, config: Any, spec: ModelSpec, shape: LayerShape, inputs: dict[str, Any], layer: int) -> Tensor:
     """The transformers layer's output on the same inputs (its cache filled with the same past)."""
     torch = require_torch()
     from transformers import DynamicCache

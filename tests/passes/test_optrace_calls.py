@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_optrace import kernel_names, trace
+from tests.passes.test_optrace import kernel_names, trace
 
 CASES = {
  "attr_func": ("""

@@ -22,7 +22,7 @@ from layerc.passes.pyconst import Knowns, config_path, parse_config_value
 from layerc.tools.driver import main
 
 from tests.optrace_config_gen import make_package
-from test_optrace import HF, find, kernel_names, needs_transformers
+from tests.passes.test_optrace import HF, find, kernel_names, needs_transformers
 
 
 def traced(source, entry: str, knowns: Knowns) -> OpTraceModule:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_optrace import HF, find, kernel_names, needs_transformers, trace
+from tests.passes.test_optrace import HF, find, kernel_names, needs_transformers, trace
 from tests.layerc_cli import run_layerc
 
 MODEL = '''

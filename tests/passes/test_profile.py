@@ -19,7 +19,7 @@ from layerc.grammar.hf_config import spec_from_dict  # noqa: E402
 from layerc.backends.synth.hf_export import tiny_config  # noqa: E402
 
 from tests.layerc_cli import run_layerc  # noqa: E402
-from test_perfetto import replay, track_paths  # noqa: E402
+from tests.backends.test_perfetto import replay, track_paths  # noqa: E402
 
 
 def tiny(arch: str):

@@ -21,7 +21,7 @@ from layerc.ir.trace import Annotations, Modules
 from layerc.passes.trace_layers import detect_layers
 from layerc.backends.synth import kineto as gen_trace, kineto_workloads as gen_trace_workloads
 from tests.layerc_cli import run_layerc
-from test_trace_layers import agreement, truth_columns
+from tests.passes.test_trace_layers import agreement, truth_columns
 
 CLASSES = [
     # model, vendor, tp, graphs, modules, layers (a tp written "8f": all-reduces fused with the norm after them)
@@ -268,7 +268,7 @@ def test_a_large_layer_picture_fits_4000_pixels(tmp_path):
 
     from layerc.backends import layer_dot
     from layerc.backends.graphviz import available
-    from test_layer_dot import layer_doc
+    from tests.backends.test_layer_dot import layer_doc
 
     if not available():
         pytest.skip("no Graphviz")

@@ -11,7 +11,7 @@ import sys
 from collections import Counter
 
 from tests.layerc_cli import run_layerc
-from test_perfetto import replay, track_paths
+from tests.backends.test_perfetto import replay, track_paths
 
 SEED_SIM = "data/seed004/llama-3.2-1b_layer0_simulated.json"
 
