@@ -50,9 +50,8 @@ def _value(v: Any) -> str | None:
     if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str)) for x in v):
         return "[" + ",".join(str(x) for x in v) + "]"
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        inner = [f"{f.name}:{_value(getattr(v, f.name))}" for f in dataclasses.fields(v)
-                 if _value(getattr(v, f.name)) is not None]
-        return "{" + ",".join(inner) + "}"
+        shown = ((f.name, _value(getattr(v, f.name))) for f in dataclasses.fields(v))
+        return "{" + ",".join(f"{name}:{text}" for name, text in shown if text is not None) + "}"
     if isinstance(v, dict) and all(isinstance(x, (int, float, str, bool)) or x is None for x in v.values()):
         return "{" + ",".join(f"{k}:{_value(x)}" for k, x in v.items()) + "}"
     return None

@@ -71,7 +71,3 @@ def _optree_text(module: Any) -> str:
                      f"{len(a.runtime_missing)} modules ran outside it, {len(a.never_called)} tree ops never ran")
     return "\n".join(lines) + "\n"
 
-
-#: the graph IR's printers by format (``layerc opt --emit``)
-EMITTERS: dict[str, Callable[[Module], str]] = {fmt: (lambda fmt: lambda m: emitter("graph", fmt)(m))(fmt)
-                                               for fmt in formats("graph")}

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import re
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 
 from layerc.grammar import inputs
@@ -51,17 +51,13 @@ def _holds_graphs(head: bytes, rest) -> bool:
     """Whether the text holds a memory-planner graph anywhere (a debug log has compiler output
     before its first one), read in pieces that overlap by a line."""
     tail = b""
-    for chunk in _chain(head, rest):
+    for chunk in chain((head,), rest):
         text = (tail + chunk).decode("utf-8", "replace")
         if holds_graphs(text):
             return True
         tail = chunk[-_OVERLAP:]
     return False
 
-
-def _chain(head: bytes, rest):
-    yield head
-    yield from rest
 
 
 def _directory_kind(p: Path) -> str:

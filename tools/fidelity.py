@@ -1,18 +1,7 @@
-"""``layerc fidelity``: the command line of ``layerc.backends.fidelity``: how right the dump grammars and the layer slicer are on every decoder-only
-architecture transformers ships, against torch's own ``nn_module_stack``.
-
-Each architecture is exported by ``export-hf`` (a tiny random config, CPU) in a child process of
-its own (an export can take all memory or hang: the child is capped and timed), then read in both
-syntaxes (AutoDeploy dump and FX print), printed back (the round trip must be byte-identical),
-and sliced; every op's layer is compared with the layer its module stack names:
-
-- recall: of the ops inside a decoder layer, the share given that layer;
-- precision: of the ops the slicer put in a layer, the share that belong there;
-- the same two on ops that read a weight.
-
-A figure a test could fake is worth nothing here: nothing is filtered, every op counts. The
-result is a JSON record per architecture and a Markdown table (``--table``) for the README.
-"""
+"""``layerc fidelity``: the command line of ``layerc.backends.fidelity`` (how right the dump
+grammars and the layer slicer are on every decoder-only HF architecture, against torch's own
+``nn_module_stack``): the architectures to run, the JSON record and the Markdown table
+(``--table``, ``--readme``)."""
 
 from __future__ import annotations
 

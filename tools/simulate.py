@@ -190,7 +190,7 @@ def check_engines(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.backends.registry import EMITTERS
+    from layerc.backends.registry import emitter
     from layerc.passes.base import Context
     from layerc.passes.cost import CostModel, SpecializeShapes, load_hardware
     from layerc.passes.pipeline import PassManager, PassTiming, timing_report
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         passes.insert(0, SpecializeShapes(tuple(module.meta["symbols"].split())))
     if printed_pipeline(args, passes):
         return 0
-    pm = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=EMITTERS["ad"], ir_stream=sys.stderr)
+    pm = PassManager(passes, print_ir_after_all=args.print_ir_after_all, print_ir=emitter("graph", "ad"), ir_stream=sys.stderr)
     ctx = Context()
     pm.run(ctx, module)
     phases.extend(pm.timings)
