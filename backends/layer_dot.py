@@ -698,6 +698,25 @@ def render(doc: dict, fmt: str = "png", *, dpi: int = PNG_DPI, timeout: float = 
     return render_dot(dot_text(doc), fmt, dpi=dpi, timeout=timeout, max_px=PNG_MAX_PX)
 
 
+def module_dot(module) -> str:
+    """The DOT of a module's one sliced layer."""
+    from layerc.backends.layer_json import module_document
+
+    return dot_text(module_document(module))
+
+
+def module_png(module) -> bytes:
+    from layerc.backends.layer_json import module_document
+
+    return render(module_document(module), "png")
+
+
+def module_svg(module) -> bytes:
+    from layerc.backends.layer_json import module_document
+
+    return render(module_document(module), "svg")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m layerc.backends.layer_dot LAYER.json [-o BASE] [--format png,svg]``: writes
     ``BASE.dot`` and one file per format (render_layer.py's command, plus SVG)."""

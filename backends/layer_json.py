@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from layerc.ir.graph import OP, PLACEHOLDER, Graph, Node, Weight
+from layerc.ir.graph import OP, PLACEHOLDER, Graph, Module, Node, Weight
 from layerc.ir.types import TupleType, Type
 
 
@@ -45,6 +45,23 @@ def layer_document(graph: Graph, source_file: str | None) -> dict:
         doc["trace_summary"] = summary
         doc["trace_unbound"] = graph.meta.get("trace_unbound", {"kernels": [], "nodes": []})
     return doc
+
+
+def module_document(module: Module) -> dict:
+    """The layer document of a module that ``slice-layer`` (and ``infer-groups``) left one graph in."""
+    from pathlib import Path
+
+    graph = module.main_graph()
+    if "layer" not in graph.meta:
+        from layerc.ir.diagnostics import LayercError
+
+        raise LayercError(f"graph '{graph.name}' is not one sliced layer: run slice-layer first")
+    return layer_document(graph, Path(module.source).name if module.source else None)
+
+
+def module_text(module: Module) -> str:
+    """The layer document as ``layerc layer --format json`` writes it."""
+    return dumps(module_document(module))
 
 
 def _node(n: Node) -> dict:

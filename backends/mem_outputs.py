@@ -50,12 +50,8 @@ def _render(module, g, fmt: str) -> bytes:
 
 def write_outputs(module, args: argparse.Namespace) -> list[str]:
     """Every output file, each written atomically; returns their paths."""
-    import orjson
-
-    from layerc.backends.outputs import output_dir, write_atomic
-    from layerc.backends.mem_report import report
-
     from layerc.backends import graphviz
+    from layerc.backends.outputs import output_dir, write_atomic
 
     out = output_dir(args.output)
     written: list[str] = []
@@ -106,11 +102,11 @@ def write_outputs(module, args: argparse.Namespace) -> list[str]:
         from layerc.backends.mem_combine import stack
 
         put("all.png", stack(every))
-    put("memory.json", orjson.dumps(report(module), option=orjson.OPT_INDENT_2) + b"\n")
-    from layerc.backends.mem_perfetto import write_memory_pftrace
+    from layerc.backends.registry import emitter
 
-    write_memory_pftrace(module, out / "memory.pftrace")
-    written.append(str(out / "memory.pftrace"))
+    for fmt, name in (("json", "memory.json"), ("pftrace", "memory.pftrace")):
+        emitter("mem", fmt).write(module, out / name)
+        written.append(str(out / name))
     return written
 
 

@@ -124,6 +124,13 @@ def _opt(v) -> int | None:
 
 
 # -- plain IR text -----------------------------------------------------------------------------------------
+def json_text(module: MemoryModule) -> str:
+    """``memory.json``: the report of every kernel, with the findings."""
+    import orjson
+
+    return (orjson.dumps(report(module), option=orjson.OPT_INDENT_2) + b"\n").decode()
+
+
 def ir_text(m: MemoryModule) -> str:
     """One block per kernel, a line per buffer, channel and partition (for --print-ir-after-all)."""
     lines = []

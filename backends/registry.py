@@ -1,46 +1,139 @@
-"""The emitter contract: (IR, format) → a function that renders a module of that IR as text.
-An emitter that reads what a pass makes names it in ``requires`` (``layerc opt`` adds the pass).
+"""The emitter contract: every output of every IR is an :class:`Emitter`, found by (IR, format).
 
-``layerc opt --emit FORMAT`` and ``--print-ir-after-all`` take their printers from here; each
-command's file outputs (``layer``'s JSON/DOT/PNG, ``trace``'s JSON/CSV/Perfetto, ``mem``'s
-pictures) are emitters of the same IRs. Emitters load on first use.
+An emitter renders a module as text or bytes (a picture), or streams it into a file (Perfetto);
+the passes whose results it reads are its ``requires`` (``layerc opt`` adds them to the
+pipeline). ``layerc opt --emit FORMAT``, ``--print-ir-after-all`` and each command's outputs
+(``layer``'s JSON/DOT/PNG/SVG, ``trace``'s JSON/CSV/Perfetto/tables, ``mem``'s JSON and Perfetto)
+take their writers from here. Emitters load on first use.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.graph import Module
 
-#: (IR, format) → "module:function"; the first format listed for an IR is its default
-EMITTER_SPECS: dict[tuple[str, str], str] = {
-    ("graph", "ad"): "layerc.backends.autodeploy:print_module",
-    ("graph", "fx"): "layerc.backends.registry:_fx",
-    ("graph", "json"): "layerc.backends.json_ir:dumps",
-    ("graph", "meta"): "layerc.backends.graph_meta:print_meta",
-    ("trace", "text"): "layerc.backends.trace_ir:print_trace",
-    ("trace", "json"): "layerc.backends.trace_report:json_text",
-    ("trace", "csv"): "layerc.backends.trace_report:csv_module_text",
-    ("mem", "text"): "layerc.backends.mem_report:ir_text",
-    ("optree", "text"): "layerc.backends.registry:_optree_text",
-}
+#: what a layer picture or document reads: one sliced layer with its ops grouped
+_LAYER = ("slice-layer", "infer-groups")
+#: what a memory plan's report reads: liveness and the checks' findings (``layerc mem``'s passes)
+_MEM = ("mem-liveness", "mem-check")
+
+
+@dataclass(frozen=True)
+class Emitter:
+    """One output format of one IR. ``output``: ``text`` and ``bytes`` emitters return the
+    output; a ``stream`` emitter writes it to a path itself, in pieces. Options (a trace's
+    ``stage``, say) are keywords of the function, with defaults."""
+
+    ir: str
+    format: str
+    target: str  #: "module:function"
+    summary: str
+    requires: tuple[str, ...] = ()
+    output: Literal["text", "bytes", "stream"] = "text"
+
+    def function(self) -> Callable[..., Any]:
+        module, _, name = self.target.partition(":")
+        return getattr(import_module(module), name)  # type: ignore[no-any-return]
+
+    def __call__(self, module: Any, **options: Any) -> Any:
+        """The output as text or bytes (a stream emitter's too, through a temporary file)."""
+        if self.output != "stream":
+            return self.function()(module, **options)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="layerc-") as tmp:
+            path = os.path.join(tmp, f"out.{self.format}")
+            self.function()(module, path, **options)
+            with open(path, "rb") as f:
+                return f.read()
+
+    def write(self, module: Any, path: str | os.PathLike[str], **options: Any) -> Any:
+        """The output into ``path`` (``-``: stdout; a device or FIFO is written in place),
+        atomically; bytes are refused on a terminal. Returns a stream emitter's figures, or the
+        bytes written."""
+        from layerc.backends.outputs import write_atomic
+
+        if self.output != "text" and _is_terminal(path):
+            raise LayercError(f"refusing to write {self.ir} {self.format} (binary) to a terminal: name a file with -o")
+        if self.output == "stream":
+            return self.function()(module, path, **options)
+        return write_atomic(path, self.function()(module, **options))
+
+
+def _is_terminal(path: str | os.PathLike[str]) -> bool:
+    from layerc.backends.outputs import resolve
+
+    target = resolve(path)
+    if target.fd is not None:
+        return os.isatty(target.fd)
+    return target.how == "copy" and os.path.exists(target.path) and _tty(target.path)
+
+
+def _tty(path: str) -> bool:
+    """Whether the device ``path`` is a terminal (only a character device is opened to ask: a
+    FIFO opened and closed would end its reader's input)."""
+    import stat
+
+    try:
+        if not stat.S_ISCHR(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
+
+
+#: every emitter; the first listed for an IR is its default
+EMITTERS: tuple[Emitter, ...] = (
+    Emitter("graph", "ad", "layerc.backends.autodeploy:print_module", "the AutoDeploy dump syntax"),
+    Emitter("graph", "fx", "layerc.backends.registry:_fx", "torch.fx's graph print (one graph)"),
+    Emitter("graph", "json", "layerc.backends.json_ir:dumps", "the IR as JSON"),
+    Emitter("graph", "meta", "layerc.backends.graph_meta:print_meta", "one line per node with what the passes found"),
+    Emitter("graph", "layer-json", "layerc.backends.layer_json:module_text", "the layer document (layer --format json)", _LAYER),
+    Emitter("graph", "dot", "layerc.backends.layer_dot:module_dot", "the layer diagram's DOT", _LAYER),
+    Emitter("graph", "png", "layerc.backends.layer_dot:module_png", "the layer diagram (Graphviz)", _LAYER, "bytes"),
+    Emitter("graph", "svg", "layerc.backends.layer_dot:module_svg", "the layer diagram (Graphviz)", _LAYER, "bytes"),
+    Emitter("trace", "text", "layerc.backends.trace_ir:print_trace", "one line per kernel"),
+    Emitter("trace", "json", "layerc.backends.trace_report:json_text", "trace --json's document", ("type-layers",)),
+    Emitter("trace", "csv", "layerc.backends.trace_report:csv_module_text", "one row per layer (trace --csv)", ("type-layers",)),
+    Emitter("trace", "table", "layerc.backends.trace_report:table_text", "trace's terminal tables", ("type-layers",)),
+    Emitter("trace", "pftrace", "layerc.backends.trace_report:write_module_perfetto",
+            "Perfetto timeline with passes and layers as spans", ("type-layers",), "stream"),
+    Emitter("trace", "chrome-json", "layerc.backends.trace_report:write_module_chrome_json",
+            "the same timeline as Chrome trace JSON", ("type-layers",), "stream"),
+    Emitter("mem", "text", "layerc.backends.mem_report:ir_text", "one block per kernel"),
+    Emitter("mem", "json", "layerc.backends.mem_report:json_text", "mem's memory.json", _MEM),
+    Emitter("mem", "pftrace", "layerc.backends.mem_perfetto:write_memory_pftrace",
+            "liveness and usage as a Perfetto timeline (mem's memory.pftrace)", _MEM, "stream"),
+    Emitter("optree", "text", "layerc.backends.registry:_optree_text", "the op tree, with what the passes found"),
+)
 
 
 def formats(ir: str) -> list[str]:
     """The formats a module of ``ir`` can be emitted in, its default first."""
-    return [fmt for kind, fmt in EMITTER_SPECS if kind == ir]
+    return [e.format for e in EMITTERS if e.ir == ir]
 
 
-def emitter(ir: str, fmt: str | None = None) -> Callable[[Any], str]:
-    """The printer of ``ir`` in ``fmt`` (default: the IR's first format)."""
+def all_formats() -> list[str]:
+    """Every format of every IR, once each (for a command line's choices)."""
+    return list(dict.fromkeys(e.format for e in EMITTERS))
+
+
+def emitter(ir: str, fmt: str | None = None) -> Emitter:
+    """The emitter of ``ir`` in ``fmt`` (default: the IR's first format)."""
     fmt = fmt or formats(ir)[0]
-    spec = EMITTER_SPECS.get((ir, fmt))
-    if spec is None:
-        raise LayercError(f"the {ir} IR has no '{fmt}' output (it has: {', '.join(formats(ir))})")
-    module, _, name = spec.partition(":")
-    return getattr(import_module(module), name)
+    for e in EMITTERS:
+        if (e.ir, e.format) == (ir, fmt):
+            return e
+    raise LayercError(f"the {ir} IR has no '{fmt}' output (it has: {', '.join(formats(ir))})")
 
 
 def _fx(module: Module) -> str:
@@ -70,4 +163,3 @@ def _optree_text(module: Any) -> str:
         lines.append(f"profile: {a.agreed} of {a.total} aten ops in the tree ({a.percent:.1f}%), "
                      f"{len(a.runtime_missing)} modules ran outside it, {len(a.never_called)} tree ops never ran")
     return "\n".join(lines) + "\n"
-

@@ -182,20 +182,40 @@ def csv_text(a: Analysis) -> str:
 
 
 # -- the trace IR's file formats (backends.registry): a module after type-layers -------------------
-def json_text(module) -> str:
+def json_text(module, stage: str = "all", num_layers: int | None = None) -> str:
     """``layerc trace --json``'s document, from a module the trace passes have typed."""
     import orjson
 
-    options = argparse.Namespace(trace=module.trace.source, num_layers=None, stage="all")
-    return (orjson.dumps(report(Analysis.of(module), options), option=orjson.OPT_INDENT_2) + b"\n").decode()
+    options = argparse.Namespace(trace=module.trace.source, num_layers=num_layers, stage=stage)
+    return (orjson.dumps(report(Analysis.of(module, stage), options), option=orjson.OPT_INDENT_2) + b"\n").decode()
 
 
-def csv_module_text(module) -> str:
+def csv_module_text(module, stage: str = "all") -> str:
     """``layerc trace --csv``'s table, from a module the trace passes have typed."""
-    return csv_text(Analysis.of(module))
+    return csv_text(Analysis.of(module, stage))
 
 
-json_text.requires = csv_module_text.requires = ("type-layers",)  # type: ignore[attr-defined]  # read by opt
+def table_text(module, stage: str = "all", num_layers: int | None = None) -> str:
+    """``layerc trace``'s terminal tables as plain text (no colour, 120 columns)."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    options = argparse.Namespace(trace=module.trace.source, num_layers=num_layers, show_layer_terminal=False,
+                                 verbose=False, top_n=0, debug_layers=())
+    show(Analysis.of(module, stage), options, Console(file=out, width=120, color_system=None, highlight=False, soft_wrap=True))
+    return out.getvalue()
+
+
+def write_module_perfetto(module, path: str, stage: str = "all") -> dict:
+    """The Perfetto protobuf timeline of a module the trace passes have typed."""
+    return write_perfetto(Analysis.of(module, stage), path, "pftrace")
+
+
+def write_module_chrome_json(module, path: str, stage: str = "all") -> dict:
+    """The same timeline as Chrome trace JSON."""
+    return write_perfetto(Analysis.of(module, stage), path, "json")
 
 
 def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
@@ -224,14 +244,14 @@ def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
     return {**stats, "spans": len(spans)}
 
 
-def show(a: Analysis, args: argparse.Namespace) -> None:
-    """The terminal report (rich tables)."""
+def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
+    """The terminal report (rich tables), on ``con`` (default: a console on stdout)."""
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False, soft_wrap=True)
+    con = con or Console(highlight=False, soft_wrap=True)
     k, t = a.trace.kernels, a.table
     dur = (k.end - k.start).astype(np.int64)
     keep = a.keep

@@ -10,7 +10,7 @@ The public API. Every name loads on first use (``import layerc`` imports nothing
 
 Readers: ``read`` (any input), ``read_dump``, ``read_trace``, ``read_memory_plan``; parsing text:
 ``parse_dump``. Passes: ``ModulePass``, ``Analysis``, ``Context``, ``PassManager``,
-``run_passes``, ``build_pipeline``, ``get_all_passes``, ``get_pass_class``. Emitters: ``emitter``,
+``run_passes``, ``build_pipeline``, ``get_all_passes``, ``get_pass_class``. Emitters: ``Emitter``, ``emitter``,
 ``formats``. IR: ``Module``, ``Trace``, ``TraceModule``, ``MemoryModule``, ``OpTraceModule``.
 Diagnostics: ``Diagnostic``, ``DiagnosticEngine``, ``LayercError``. Property-based tests of other
 projects use ``layerc.testing``.
@@ -47,6 +47,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "build_pipeline": ("layerc.passes.pipeline", "build_pipeline"),
     "get_all_passes": ("layerc.passes.registry", "with_discovered"),
     "get_pass_class": ("layerc.passes.registry", "get_pass_class"),
+    "Emitter": ("layerc.backends.registry", "Emitter"),
     "emitter": ("layerc.backends.registry", "emitter"),
     "formats": ("layerc.backends.registry", "formats"),
 }

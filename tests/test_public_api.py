@@ -42,7 +42,12 @@ def test_read_any_input_through_the_facade(tmp_path):
     ctx = layerc.run_passes(layerc.build_pipeline("mem-liveness", layerc.get_all_passes(ir)), module)
     assert isinstance(ctx, layerc.Context)
     assert layerc.emitter(ir)(module).startswith('kernel "')
-    assert layerc.formats("graph") == ["ad", "fx", "json", "meta"]
+    assert layerc.formats("graph")[:4] == ["ad", "fx", "json", "meta"]
+    assert {"png", "svg", "dot"} <= set(layerc.formats("graph")) and "pftrace" in layerc.formats("trace")
+    out = tmp_path / "memory.json"
+    assert isinstance(layerc.emitter(ir, "json"), layerc.Emitter)
+    layerc.emitter(ir, "json").write(module, out)
+    assert out.read_text().startswith("{") and '"kernels"' in out.read_text()
 
 
 @settings(max_examples=4, deadline=None)

@@ -42,7 +42,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.backends.layer_json import dumps, layer_document
     from layerc.grammar.dumps import load
     from layerc.passes.base import Context
     from layerc.passes.groups import InferGroups
@@ -84,23 +83,19 @@ def run(args: argparse.Namespace) -> int:
     phases.extend(pm.timings)
 
     start = time.perf_counter()
-    doc = layer_document(module.graphs[0], source.name)
     outputs: dict[str, str | bytes] = {}
-    if "json" in formats:
-        outputs["json"] = dumps(doc)
-    if {"dot", "png", "svg"} & set(formats):
-        from layerc.backends import graphviz, layer_dot
+    for fmt in [f for f in formats if f in ("json", "dot")]:
+        outputs[fmt] = emitter("graph", "layer-json" if fmt == "json" else fmt)(module)
+    pictures = [f for f in ("png", "svg") if f in formats]
+    if pictures:
+        from layerc.backends import graphviz
 
-        if "dot" in formats:
-            outputs["dot"] = layer_dot.dot_text(doc)
-        pictures = [f for f in ("png", "svg") if f in formats]
-        if pictures and not graphviz.available():
+        if not graphviz.available():
             warn(args, graphviz.MISSING)
             formats = [f for f in formats if f not in pictures]
             pictures = []
         with ThreadPoolExecutor(max_workers=2) as pool:  # Graphviz runs in two processes at once
-            for fmt, data in zip(pictures, pool.map(lambda f: layer_dot.render(doc, f), pictures)):
-                outputs[fmt] = data
+            outputs.update(zip(pictures, pool.map(lambda f: emitter("graph", f)(module), pictures)))
     phases.append(PassTiming("Output", time.perf_counter() - start))
 
     stem = f"{source.stem}_layer{args.layer}"

@@ -22,10 +22,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="a dump (file, AD_DUMP_GRAPHS_DIR or torch.fx print), a trace (Kineto JSON, nsys export), "
                         "a TRITON_DUMP_WS_GRAPHS directory or log, or model source (with --entry)")
     p.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline, e.g. 'dce,select-graph{section=monolithic.model}'")
-    p.add_argument("--emit", choices=("ad", "fx", "json", "meta", "text", "csv"),
-                   help="output syntax (dumps: ad (default), fx, json, meta: one line per node with what the passes "
-                        "found; traces: text (default), and after type-layers json and csv as `layerc trace` writes "
-                        "them; memory plans and op trees: text)")
+    p.add_argument("--emit", metavar="FORMAT",
+                   help="output format of the input's IR (--list-passes lists them; the first is the default). "
+                        "dumps: ad, fx, json, meta, and one layer's layer-json, dot, png, svg; traces: text, json, csv, "
+                        "table, pftrace, chrome-json; memory plans: text, json, pftrace; op trees: text. The passes a "
+                        "format reads run last unless the pipeline has them")
     p.add_argument("-o", "--output", type=output_path, metavar="FILE", help="output file (default: stdout); written atomically")
     p.add_argument("--file", metavar="NAME|NNN", help="in a dump directory: the file to read (default: highest counter)")
     p.add_argument("--section", metavar="NAME", help="keep only this GraphModule section")
@@ -43,7 +44,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.backends.registry import emitter
+    from layerc.backends.registry import all_formats, emitter, formats
     from layerc.passes.base import Context
     from layerc.passes.pipeline import PassManager, PassTiming, build_pipeline, timing_report
     from layerc.passes.readers import ReadOptions, read_module
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return _list_passes()
     if args.input is None:
         args.usage_error("the following arguments are required: input")  # exits 2
+    if args.emit and args.emit not in all_formats():
+        args.usage_error(f"--emit {args.emit}: no such format (formats: {', '.join(all_formats())})")
     phases: list[PassTiming] = []
     start = time.perf_counter()
     ir, module = read_module(args.input, ReadOptions(args.file, args.syntax, args.entry))
@@ -65,8 +68,10 @@ def run(args: argparse.Namespace) -> int:
         from layerc.passes.select_graph import SelectGraph
 
         passes.insert(0, SelectGraph(section=args.section))
+    if args.emit and args.emit not in formats(ir):
+        args.usage_error(f"--emit {args.emit}: the {ir} IR is written as {', '.join(formats(ir))}")
     printer = emitter(ir, args.emit)
-    for name in getattr(printer, "requires", ()):  # what the output reads, run last unless the pipeline has it
+    for name in printer.requires:  # what the output reads, run last unless the pipeline has it
         if all(p.name != name for p in passes):
             passes.append(build_pipeline(name, get_all_passes(ir))[0])
     if printed_pipeline(args, passes):
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         passes,
         verify_each=not args.disable_verify,
         print_ir_after_all=args.print_ir_after_all,
-        print_ir=printer,
+        print_ir=printer if printer.output == "text" else emitter(ir),
         ir_stream=sys.stderr,
     )
     if args.dump_pass_pipeline:
@@ -98,10 +103,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     start = time.perf_counter()
-    text = printer(module)
-    from layerc.backends.outputs import emit
+    if args.output is None and printer.output == "text":
+        from layerc.backends.outputs import emit
 
-    emit(text, args.output)
+        emit(printer(module), None)
+    else:
+        printer.write(module, args.output or "-")
     phases.append(PassTiming("Output", time.perf_counter() - start))
     if args.timing:
         sys.stderr.write(timing_report(phases))
@@ -158,6 +165,12 @@ def _list_passes() -> int:
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         needs = f"\n      requires: {', '.join(cls.requires)}" if cls.requires else ""
         sys.stdout.write(f"  {name}{'{' + opts + '}' if opts else ''}\n      {doc}{needs}\n")
+    from layerc.backends.registry import EMITTERS
+
+    sys.stdout.write("\noutputs (--emit; the first of an IR is its default):\n")
+    for e in EMITTERS:
+        needs = f" (after {', '.join(e.requires)})" if e.requires else ""
+        sys.stdout.write(f"  {e.ir} {e.format}: {e.summary}{needs}\n")
     return 0
 
 

@@ -21,13 +21,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.backends.trace_report import write_perfetto
-    from layerc.tools.trace import analyze
+    from layerc.backends.registry import emitter
+    from layerc.tools.trace import analyze, perfetto_format
 
-    a = analyze(argparse.Namespace(trace=args.trace, kernel_tables=None, strategy=args.strategy, split_half_layers=False,
-                                   timing=False, stage="all"))
-    for w in a.layers.warnings:
+    module = analyze(argparse.Namespace(trace=args.trace, kernel_tables=None, strategy=args.strategy, split_half_layers=False,
+                                        timing=False, stage="all"))
+    for w in module.layers.warnings:
         warn(args, w, args.trace)
-    stats = write_perfetto(a, args.output, args.format)
-    sys.stdout.write(f"{args.output}: {len(a.trace.kernels):,} kernels, {stats['spans']:,} spans, {stats.get('bytes', 0):,} bytes\n")
+    stats = emitter("trace", perfetto_format(args.output, args.format)).write(module, args.output)
+    sys.stdout.write(f"{args.output}: {len(module.trace.kernels):,} kernels, {stats['spans']:,} spans, {stats.get('bytes', 0):,} bytes\n")
     return 0

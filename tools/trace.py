@@ -11,9 +11,14 @@ import argparse
 import sys
 
 
-from layerc.backends.trace_report import Analysis, mismatched_passes, report, show, write_csv, write_perfetto
+from typing import TYPE_CHECKING
+
+from layerc.backends.trace_report import Analysis, mismatched_passes, show
 from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
+
+if TYPE_CHECKING:
+    from layerc.passes.trace_passes import TraceModule
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -50,7 +55,8 @@ def trace_passes(args: argparse.Namespace) -> list:
     return [ClassifyKernels(args.kernel_tables), DetectLayers(args.strategy, merge=not args.split_half_layers), TypeLayers()]
 
 
-def analyze(args: argparse.Namespace) -> Analysis:
+def analyze(args: argparse.Namespace) -> TraceModule:
+    """The trace read and run through ``trace_passes``: a module the trace emitters take."""
     from layerc.backends.trace_ir import print_trace
     from layerc.grammar.traces import read_trace
     from layerc.passes.base import Context
@@ -66,7 +72,14 @@ def analyze(args: argparse.Namespace) -> Analysis:
     manager.run(Context(), module)
     if args.timing:
         sys.stderr.write(timing_report(manager.timings))
-    return Analysis.of(module, args.stage)
+    return module
+
+
+def perfetto_format(path: str | None, fmt: str | None = None) -> str:
+    """The timeline emitter for ``path``: Chrome JSON for ``.json``/``.json.gz``, else Perfetto
+    protobuf (``fmt``, pftrace or json, decides where given)."""
+    json_out = fmt == "json" if fmt else bool(path) and str(path).endswith((".json", ".json.gz"))
+    return "chrome-json" if json_out else "pftrace"
 
 
 def config_layers(path: str) -> int:
@@ -93,22 +106,20 @@ def run(args: argparse.Namespace) -> int:
             warn(args, f"--num-layers {args.num_layers} but {args.model_config} says {from_config}; "
                        "checking against --num-layers", args.trace)
         args.num_layers = args.num_layers or from_config
-    a = analyze(args)
+    module = analyze(args)
+    a = Analysis.of(module, args.stage)
     for w in a.layers.warnings:
         warn(args, w, args.trace)
     if args.num_layers and (off := mismatched_passes(a, args.num_layers)):
         counts = ", ".join(f"pass {q}: {a.layers.layers_per_pass[q]}" for q in off[:6]) + (" ..." if len(off) > 6 else "")
         warn(args, f"--num-layers {args.num_layers}, but {len(off)} complete pass(es) have another count ({counts}); "
              "the layers found are reported as they are", args.trace)
-    if args.json:
-        import orjson
-        from layerc.backends.outputs import write_atomic
+    from layerc.backends.registry import emitter
 
-        write_atomic(args.json, orjson.dumps(report(a, args), option=orjson.OPT_INDENT_2) + b"\n")
-    if args.csv:
-        write_csv(a, args.csv)
-    if args.perfetto:
-        write_perfetto(a, args.perfetto)
+    for path, fmt in ((args.json, "json"), (args.csv, "csv"), (args.perfetto, perfetto_format(args.perfetto))):
+        if path:
+            options = {"num_layers": args.num_layers} if fmt == "json" else {}
+            emitter("trace", fmt).write(module, path, stage=args.stage, **options)
     show(a, args)
     return 0
 

@@ -105,7 +105,9 @@ def test_dump_options_on_other_inputs_are_usage_errors(inputs):
     rc, _, err = run_layerc("opt", inputs["optree"], "-p", "trace-ops")
     assert rc == 1 and "--entry CLASS" in err
     rc, _, err = run_layerc("opt", TRACE, "--emit", "ad")
-    assert rc == 1 and "the trace IR has no 'ad' output (it has: text, json, csv)" in err
+    assert rc == 2 and "--emit ad: the trace IR is written as text, json, csv, table, pftrace, chrome-json" in err
+    rc, _, err = run_layerc("opt", TRACE, "--emit", "bogus")
+    assert rc == 2 and "--emit bogus: no such format" in err
 
 
 def test_required_passes_show_in_print_ir_after_all_and_timing(inputs):
@@ -168,14 +170,99 @@ def test_opt_on_a_trace_finds_the_layers_the_trace_command_reports(tmp_path):
     assert len(layers - {-1}) == found["num_layers"] == 4
 
 
-@pytest.mark.parametrize("fmt,flag,name", [("json", "--json", "t.json"), ("csv", "--csv", "t.csv")])
-def test_opt_emits_the_trace_commands_files(fmt, flag, name, tmp_path):
-    """The trace IR's file formats are emitters too: ``opt --emit json`` is ``trace --json``
-    byte for byte, and the output's prerequisite (type-layers) is added to the pipeline."""
-    rc, _, err = run_layerc("trace", TRACE, flag, tmp_path / name)
+#: (IR, format, the command that writes the same file, the file it writes, the pipeline opt runs)
+SAME_FILE = [
+    ("trace", "json", ("trace", TRACE, "--json", "$OUT/t.json"), "t.json", ""),
+    ("trace", "csv", ("trace", TRACE, "--csv", "$OUT/t.csv"), "t.csv", ""),
+    ("trace", "pftrace", ("trace", TRACE, "--perfetto", "$OUT/t.pftrace"), "t.pftrace", ""),
+    ("trace", "chrome-json", ("perfetto", TRACE, "-o", "$OUT/t.json"), "t.json", ""),
+    ("graph", "layer-json", ("layer", "$IN", "1", "--format", "json", "-o", "$OUT"), "*_layer1.json", "slice-layer{layer=1}"),
+    ("graph", "dot", ("layer", "$IN", "1", "--format", "dot", "-o", "$OUT"), "*_layer1.dot", "slice-layer{layer=1}"),
+    ("graph", "png", ("layer", "$IN", "1", "--format", "png", "-o", "$OUT"), "*_layer1.png", "slice-layer{layer=1}"),
+    ("graph", "svg", ("layer", "$IN", "1", "--format", "svg", "-o", "$OUT"), "*_layer1.svg", "slice-layer{layer=1}"),
+    ("mem", "json", ("mem", "$IN", "-o", "$OUT", "--no-render", "--arch", "sm100"), "memory.json", "mem-liveness{arch=sm100}"),
+    ("mem", "pftrace", ("mem", "$IN", "-o", "$OUT", "--no-render", "--arch", "sm100"), "memory.pftrace", "mem-liveness{arch=sm100}"),
+]
+
+
+@pytest.mark.parametrize("ir,fmt,argv,name,pipeline", SAME_FILE, ids=[f"{ir}-{fmt}" for ir, fmt, *_ in SAME_FILE])
+def test_opt_emits_the_commands_files(ir, fmt, argv, name, pipeline, inputs, tmp_path):
+    """Each command's files are emitters of its IR: ``opt --emit FORMAT`` writes them byte for
+    byte, with the passes the output reads added to the pipeline."""
+    if fmt in ("png", "svg"):
+        from layerc.backends import graphviz
+
+        if not graphviz.available():
+            pytest.skip("Graphviz dot is missing")
+    (tmp_path / "cmd").mkdir()
+    rc, _, err = run_layerc(*[str(a).replace("$OUT", str(tmp_path / "cmd")).replace("$IN", str(inputs[ir])) for a in argv])
     assert rc == 0, err
-    rc, printed, _ = run_layerc("opt", TRACE, "--emit", fmt, "--print-pipeline")
-    assert printed.strip() == "type-layers"
-    rc, out, err = run_layerc("opt", TRACE, "--emit", fmt, "-o", tmp_path / f"opt.{fmt}")
+    pipe = ("-p", pipeline) if pipeline else ()
+    rc, out, err = run_layerc("opt", inputs[ir], *pipe, "--emit", fmt, "-o", tmp_path / f"opt.{fmt}")
     assert rc == 0, err
-    assert (tmp_path / f"opt.{fmt}").read_bytes() == (tmp_path / name).read_bytes()
+    [written] = (tmp_path / "cmd").glob(name)
+    assert (tmp_path / f"opt.{fmt}").read_bytes() == written.read_bytes()
+
+
+def test_every_file_output_is_checked_against_its_command():
+    from layerc.backends.registry import EMITTERS
+
+    printed = {("graph", "ad"), ("graph", "fx"), ("graph", "json"), ("graph", "meta"), ("trace", "text"), ("trace", "table"),
+               ("mem", "text"), ("optree", "text")}  # what opt prints; covered elsewhere
+    assert {(e.ir, e.format) for e in EMITTERS} == printed | {(ir, fmt) for ir, fmt, *_ in SAME_FILE}
+
+
+def test_the_table_output_is_the_trace_commands_terminal_report():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "120"}
+    shown = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "trace", str(TRACE)], capture_output=True, text=True, env=env)
+    emitted = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "opt", str(TRACE), "--emit", "table"],
+                             capture_output=True, text=True, env=env)
+    assert shown.returncode == emitted.returncode == 0, emitted.stderr
+    assert emitted.stdout == shown.stdout and "layers per pass" in shown.stdout
+
+
+@pytest.mark.parametrize("fmt", ["png", "pftrace"])
+def test_binary_outputs_are_refused_on_a_terminal(fmt, inputs):
+    """Bytes on a terminal garble it: a binary format needs -o (as mlir-opt refuses bitcode)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    given = inputs["graph"] if fmt == "png" else TRACE
+    master, slave = pty.openpty()
+    try:
+        rc = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "opt", str(given), "--emit", fmt],
+                            stdout=slave, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert rc.returncode == 1 and "refusing to write" in rc.stderr and "to a terminal" in rc.stderr
+    assert "Traceback" not in rc.stderr
+
+
+def test_a_binary_output_streams_into_a_fifo(tmp_path):
+    """A FIFO is written in place (never replaced), and asking whether it is a terminal must not
+    open it: that would end its reader's input before the output comes."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    fifo = tmp_path / "out.pftrace"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    rc = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "opt", str(TRACE), "--emit", "pftrace", "-o", str(fifo)],
+                        capture_output=True, text=True, timeout=120)
+    reader.join(timeout=60)
+    assert rc.returncode == 0, rc.stderr
+    assert fifo.is_fifo() and len(got[0]) > 1000
+    rc = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "opt", str(TRACE), "--emit", "pftrace", "-o", str(tmp_path / "f.pftrace")],
+                        capture_output=True, timeout=120)
+    assert got[0] == (tmp_path / "f.pftrace").read_bytes()
