@@ -110,17 +110,31 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
         # rows no clock can have produced (an end before the start, an overflowing time), left out
         "left_out": a.trace.meta.get("dropped", {}),
-        "layers": [
-            {
-                "pass": int(t.pass_index[r]), "partial": bool(a.layers.partial[int(t.pass_index[r])]), "index": int(t.index[r]),
-                "stack": _stack_of(a, int(t.first[r])), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
-                "kernel_count": int(t.kernel_count[r]), "duration_ns": int(t.duration[r]),
-                "start_ns": int(t.start[r]), "end_ns": int(t.end[r]),
-                "first_kernel": _short(a, int(t.first[r])), "last_kernel": _short(a, int(t.last[r])),
-            }
-            for r in np.nonzero(a.rows)[0].tolist()
-        ],
+        "layers": _layer_rows(a),
     }
+
+
+def _layer_rows(a: Analysis) -> list[dict]:
+    """One entry per selected layer, built from whole columns (``tolist`` once per column)."""
+    from layerc.passes.layer_facts import stage_name
+
+    t, rows = a.table, np.nonzero(a.rows)[0]
+    q = t.pass_index[rows]
+    partial = np.asarray(a.layers.partial, bool)[q] if len(a.layers.partial) else np.zeros(len(rows), bool)
+    stack = a.layers.stack[t.first[rows]] if a.layers.stack is not None else np.zeros(len(rows), np.int64)
+    names = ("unknown", *(stage_name(c) for c in range(2)))
+    columns = (q.tolist(), partial.tolist(), t.index[rows].tolist(), stack.tolist(), [t.type[r] for r in rows.tolist()],
+               [names[c + 1] for c in t.stage[rows].tolist()], t.kernel_count[rows].tolist(), t.duration[rows].tolist(),
+               t.start[rows].tolist(), t.end[rows].tolist(), _shorts(a, t.first[rows]), _shorts(a, t.last[rows]))
+    keys = ("pass", "partial", "index", "stack", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns",
+            "first_kernel", "last_kernel")
+    return [dict(zip(keys, values)) for values in zip(*columns)]
+
+
+def _shorts(a: Analysis, kernels: np.ndarray) -> list[str]:
+    """The short names of ``kernels`` ("?" where a kernel has none)."""
+    strings = a.trace.strings
+    return [strings[i] or "?" for i in a.cls.short[kernels].tolist()]
 
 
 def _classified_by(a: Analysis, dur: np.ndarray, tables: str | None) -> dict:
@@ -128,7 +142,7 @@ def _classified_by(a: Analysis, dur: np.ndarray, tables: str | None) -> dict:
     N``) or ``null`` where no row matched (type OTHER), and its kernels and time."""
     from layerc.passes.kernel_tables import TYPES, kernel_table
 
-    entries = kernel_table(tables).entries
+    entries = (a.cls.table or kernel_table(tables)).entries  # the tables that classified the kernels
     keep = a.keep
     out = {}
     shorts, first, inverse = np.unique(a.cls.short[keep], return_index=True, return_inverse=True)
@@ -154,8 +168,7 @@ def _layers_per_pass(a: Analysis) -> list[int]:
     """Layers in each pass that has a layer of the chosen stage (every pass with --stage all)."""
     if a.rows.all():
         return a.layers.layers_per_pass
-    passes = a.table.pass_index[a.rows]
-    return [int((passes == q).sum()) for q in np.unique(passes).tolist()]
+    return np.unique(a.table.pass_index[a.rows], return_counts=True)[1].tolist()
 
 
 def write_csv(a: Analysis, path: str) -> None:
@@ -231,9 +244,12 @@ def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
         for n, idx in enumerate(runs):
             spans.append(Span(f"graph {graph} replay {n}", int(k.start[idx].min()), int(k.end[idx].max()), "graph replays",
                               int(k.device[idx[0]])))
-    for q in np.unique(lay.pass_of).tolist():
-        idx = np.nonzero(lay.pass_of == q)[0]
-        spans.append(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", int(k.start[idx].min()), int(k.end[idx].max()), "passes", int(k.device[idx[0]])))
+    order = np.argsort(lay.pass_of, kind="stable")  # each pass's kernels together, in kernel order
+    passes, at = np.unique(lay.pass_of[order], return_index=True)
+    if len(order):
+        bounds = zip(passes.tolist(), np.minimum.reduceat(k.start[order], at).tolist(), np.maximum.reduceat(k.end[order], at).tolist(),
+                     k.device[order[at]].tolist())
+        spans.extend(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", start, end, "passes", device) for q, start, end, device in bounds)
     for r in np.nonzero(a.rows)[0].tolist():
         spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
                           {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
@@ -247,7 +263,7 @@ def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
 def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
     """The terminal report (rich tables), on ``con`` (default: a console on stdout)."""
     from layerc.passes.kernel_tables import TYPES
-    from layerc.passes.layer_facts import stage_name
+    from layerc.passes.layer_facts import STAGES, stage_name
     from rich.console import Console
     from rich.table import Table
 
@@ -284,14 +300,8 @@ def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
     passes = Table(title="layers per pass", title_justify="left")
     for col in ("pass", "stage", "kind", "kernels", "layers") + (("expected",) if args.num_layers else ()):
         passes.add_column(col, justify="right" if col in ("kernels", "layers", "expected") else "left")
-    replayed = a.trace.replayed()
-    for q, n in enumerate(lay.layers_per_pass):
-        sel = lay.pass_of == q
-        kind = ("graph replay" if replayed[sel].all() else "eager") + (" (partial)" if lay.partial[q] else "")
-        cells = [str(q), a.pass_label(q, "-"), kind, f"{int(sel.sum()):,}", str(n)]
-        if args.num_layers:
-            cells.append("ok" if n == args.num_layers else f"[red]{args.num_layers}[/]" if n else "-")
-        passes.add_row(*cells)
+    pass_rows, merged = _pass_rows(a, args.num_layers)
+    _rows(passes, pass_rows, "passes", sum(merged[TABLE_ROWS:]))
     con.print(passes)
 
     rows = np.nonzero(a.rows)[0]
@@ -299,19 +309,27 @@ def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
         tab = Table(title="layers", title_justify="left")
         for col in ("pass", "layer", "type", "stage", "kernels", "time (µs)", "first kernel", "last kernel"):
             tab.add_column(col, justify="right" if col in ("kernels", "time (µs)", "pass", "layer") else "left")
-        for r in rows.tolist():
-            tab.add_row(str(int(t.pass_index[r])), str(int(t.index[r])), t.type[r], stage_name(int(t.stage[r])),
-                        str(int(t.kernel_count[r])), f"{t.duration[r] / 1e3:,.1f}", _short(a, int(t.first[r])), _short(a, int(t.last[r])))
+        shown = rows[:TABLE_ROWS]
+        names = ("unknown", *STAGES)
+        _rows(tab, list(zip(map(str, t.pass_index[shown].tolist()), map(str, t.index[shown].tolist()), [t.type[r] for r in shown.tolist()],
+                            [names[c + 1] for c in t.stage[shown].tolist()], map(str, t.kernel_count[shown].tolist()),
+                            [f"{d / 1e3:,.1f}" for d in t.duration[shown].tolist()], _shorts(a, t.first[shown]), _shorts(a, t.last[shown]))),
+              "layers", max(len(rows) - TABLE_ROWS, 0))
     else:
         tab = Table(title="layers by kind", title_justify="left")
         for col in ("stage", "type", "layers", "kernels/layer", "µs/layer", "share"):
             tab.add_column(col, justify="left" if col in ("stage", "type") else "right")
-        kinds = sorted({(int(t.stage[r]), t.type[r]) for r in rows.tolist()})
-        for s, ty in kinds:
-            sel = [r for r in rows.tolist() if int(t.stage[r]) == s and t.type[r] == ty]
-            d = float(t.duration[sel].sum())
-            tab.add_row(stage_name(s), ty, str(len(sel)), f"{float(t.kernel_count[sel].mean()):.1f}",
-                        f"{d / len(sel) / 1e3:,.1f}", f"{100 * d / total:.1f}%")
+        types, type_of = np.unique(np.array([t.type[r] for r in rows.tolist()], dtype=str), return_inverse=True)
+        kinds, kind_of = np.unique(t.stage[rows].astype(np.int64) * len(types) + type_of.reshape(-1), return_inverse=True)
+        kind_of = kind_of.reshape(-1)
+        layers = np.bincount(kind_of, minlength=len(kinds))
+        time = np.bincount(kind_of, weights=t.duration[rows].astype(float), minlength=len(kinds))
+        kernels = np.bincount(kind_of, weights=t.kernel_count[rows].astype(float), minlength=len(kinds))
+        for j, key in enumerate(kinds.tolist()):
+            stage, ty = divmod(key, len(types))
+            d = float(time[j])
+            tab.add_row(stage_name(stage), str(types[ty]), str(int(layers[j])), f"{kernels[j] / layers[j]:.1f}",
+                        f"{d / layers[j] / 1e3:,.1f}", f"{100 * d / total:.1f}%")
     con.print(tab)
 
     orphans = keep & (lay.layer < 0)
@@ -324,6 +342,44 @@ def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
             _top(con, a, orphans, dur, total, args.top_n, "kernels outside layers")
     if args.debug_layers:
         _debug_layers(con, a, args.debug_layers, args)
+
+
+#: rows a terminal table shows; the rest are counted on a last "… N more" row (JSON and CSV have all)
+TABLE_ROWS = 40
+
+
+def _rows(tab, rows: list, what: str, left_out: int | None = None) -> None:
+    """Add up to TABLE_ROWS ``rows`` to ``tab``; a caption counts the ``what`` left out (default:
+    the rows past TABLE_ROWS)."""
+    for cells in rows[:TABLE_ROWS]:
+        tab.add_row(*cells)
+    left_out = max(len(rows) - TABLE_ROWS, 0) if left_out is None else left_out
+    if left_out:
+        tab.caption, tab.caption_justify = f"… {left_out:,} more {what} (--json and --csv have every one)", "left"
+
+
+def _pass_rows(a: Analysis, expected: int | None) -> tuple[list[tuple[str, ...]], list[int]]:
+    """One row per pass, and how many passes each row stands for: consecutive passes alike in
+    every column (the replays of one CUDA graph) share one row, numbered ``first-last (count)``."""
+    lay = a.layers
+    n = len(lay.layers_per_pass)
+    q = lay.pass_of
+    inside = (q >= 0) & (q < n)
+    count = np.bincount(q[inside], minlength=n)
+    eager = np.bincount(q[inside & ~a.trace.replayed()], minlength=n)
+    rows: list[tuple[str, ...]] = []
+    firsts: list[int] = []
+    for p, (layers, kernels, eager_kernels, cut) in enumerate(zip(lay.layers_per_pass, count.tolist(), eager.tolist(), lay.partial)):
+        cells = [a.pass_label(p, "-"), ("eager" if eager_kernels else "graph replay") + (" (partial)" if cut else ""),
+                 f"{kernels:,}", str(layers)]
+        if expected:
+            cells.append("ok" if layers == expected else f"[red]{expected}[/]" if layers else "-")
+        if rows and rows[-1][1:] == tuple(cells):
+            rows[-1] = (f"{firsts[-1]}-{p} ({p - firsts[-1] + 1})", *cells)
+        else:
+            rows.append((str(p), *cells))
+            firsts.append(p)
+    return rows, np.diff(np.r_[firsts, n]).tolist()
 
 
 def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int, title: str) -> None:

@@ -14,7 +14,7 @@ from typing import Callable
 from lark import Transformer
 
 from layerc.ir.constants import SYM_FUNCTIONS, Device, atom_value, complex_value, is_symbol
-from layerc.ir.diagnostics import Location, ParseError
+from layerc.ir.diagnostics import Location, ParseError, clip
 from layerc.ir.graph import Graph, Module, Value
 from layerc.ir.types import SymDim
 
@@ -36,11 +36,6 @@ def bare(text: str, loc: Location, value=None) -> Bare:
 
 def loc_of(tok) -> Location:
     return Location(tok.line, tok.column)
-
-
-def clip(text: str, limit: int = 60) -> str:
-    """``text`` as a message quotes it: a hostile input's megabyte-long name by its start."""
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _too_long(text: str, loc: Location) -> ParseError:

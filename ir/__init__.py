@@ -1,23 +1,30 @@
-"""layerc's typed graph IR (dump files) — see graph.py — and its value types."""
+"""layerc's typed graph IR (dump files) — see graph.py — and its value types.
 
-from layerc.ir.constants import Device, DType, TorchAttr
-from layerc.ir.diagnostics import LayercError, Location, ParseError, VerifyError
-from layerc.ir.graph import (
-    OP,
-    OUTPUT,
-    PLACEHOLDER,
-    Graph,
-    Module,
-    Node,
-    Value,
-    Weight,
-    is_structurally_equivalent,
-)
-from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType, Type, UnknownType
+The names load on first use: importing ``layerc.ir.diagnostics`` (every command does) loads
+nothing else."""
 
-__all__ = [
-    "Device", "DType", "TorchAttr", "LayercError", "Location", "ParseError", "VerifyError",
-    "OP", "OUTPUT", "PLACEHOLDER", "Graph", "Module", "Node", "Value", "Weight",
-    "is_structurally_equivalent", "UNKNOWN", "OpaqueType", "SymDim", "TensorType", "TupleType",
-    "Type", "UnknownType",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "layerc.ir.constants": ("Device", "DType", "TorchAttr"),
+    "layerc.ir.diagnostics": ("LayercError", "Location", "ParseError", "VerifyError"),
+    "layerc.ir.graph": ("OP", "OUTPUT", "PLACEHOLDER", "Graph", "Module", "Node", "Value", "Weight",
+                        "is_structurally_equivalent"),
+    "layerc.ir.types": ("UNKNOWN", "OpaqueType", "SymDim", "TensorType", "TupleType", "Type", "UnknownType"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [name for names in _EXPORTS.values() for name in names]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_WHERE[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

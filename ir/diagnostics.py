@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
 
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` as a message quotes it: a hostile input's megabyte-long name by its start."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
 class Location(NamedTuple):
     """A 1-based line and column. (A NamedTuple: the parser makes one per line, cheaply.)"""
 

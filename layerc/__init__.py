@@ -19,7 +19,10 @@ projects use ``layerc.testing``.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+TYPE_CHECKING = False  # (as typing's, without importing typing at start-up)
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: public name → (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {

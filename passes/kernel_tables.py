@@ -108,6 +108,8 @@ class Classification:
     layer_start: np.ndarray  #: bool: a kernel that starts a decoder layer
     marks: np.ndarray  #: uint8 bitmask over ``MARKS``
     entry: np.ndarray = field(repr=False)  #: int32 index into ``KernelTable.entries``, -1 none
+    #: the tables that classified the kernels (``entry`` indexes its entries)
+    table: KernelTable | None = field(default=None, repr=False, compare=False)
 
     def has(self, mark: str) -> np.ndarray:
         return cast(np.ndarray, (self.marks & MARK[mark]) != 0)
@@ -156,7 +158,7 @@ class KernelTable:
         n = len(k)
         if not n:
             e: np.ndarray = np.empty(0, np.int8)
-            return Classification(e, np.empty(0, np.int32), e.copy(), np.empty(0, bool), np.empty(0, np.uint8), np.empty(0, np.int32))
+            return Classification(e, np.empty(0, np.int32), e.copy(), np.empty(0, bool), np.empty(0, np.uint8), np.empty(0, np.int32), self)
         ids = k.name.astype(np.int64) + 1  # 0 is "no name"
         names = np.flatnonzero(np.bincount(ids))
         slot = np.zeros(int(names[-1]) + 1, np.int32)
@@ -172,7 +174,7 @@ class KernelTable:
             entry[j] = i
             short[j] = strings.intern(s) if i >= 0 else k.short[first[j]]
         e = entry[inverse]
-        return Classification(self._type[e], short[inverse], self._stage[e], self._start[e], self._marks[e], e)
+        return Classification(self._type[e], short[inverse], self._stage[e], self._start[e], self._marks[e], e, self)
 
     def kinds(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         """Per kernel: the short-name string id and the type index into ``TYPES``."""

@@ -95,15 +95,21 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult) -> Layer
 
 def _propagate(pass_index: np.ndarray, stage: np.ndarray) -> np.ndarray:
     """UNKNOWN layers take the stage before them in their pass (leading ones, the stage after)."""
-    out = stage.copy()
-    for q in np.unique(pass_index):
-        rows = np.nonzero(pass_index == q)[0]
-        known = [int(out[r]) for r in rows if out[r] != UNKNOWN]
-        last = known[0] if known else UNKNOWN
-        for r in rows:
-            if out[r] == UNKNOWN:
-                out[r] = last
-            last = out[r]
+    n = len(stage)
+    if not n:
+        return stage.copy()
+    order = np.argsort(pass_index, kind="stable")
+    s, q = stage[order], pass_index[order]
+    pos = np.arange(n)
+    group_start = np.maximum.accumulate(np.where(np.r_[True, q[1:] != q[:-1]], pos, 0))
+    group_end = np.minimum.accumulate(np.where(np.r_[q[1:] != q[:-1], True], pos, n)[::-1])[::-1]
+    known = s != UNKNOWN
+    before = np.maximum.accumulate(np.where(known, pos, -1))  # the last known at or before
+    after = np.minimum.accumulate(np.where(known, pos, n)[::-1])[::-1]  # the first known at or after
+    filled = np.where(before >= group_start, s[np.maximum(before, 0)],
+                      np.where(after <= group_end, s[np.minimum(after, n - 1)], UNKNOWN))
+    out = np.empty_like(stage)
+    out[order] = filled.astype(stage.dtype)
     return out
 
 

@@ -231,4 +231,9 @@ def cross_validate(tree: OpTree, tracer: OpTracer | None) -> CrossValidation:
     return CrossValidation(kernels, categories, chains, scanned, unmapped, without)
 
 
-OPTRACE_PASSES = get_all_passes("optree")  #: the one registry's op-tree view
+def __getattr__(name: str) -> object:
+    """``OPTRACE_PASSES``: the one registry's op-tree view, made on first use (a plugin's
+    entry points load importlib.metadata, which the command's own pipeline never needs)."""
+    if name == "OPTRACE_PASSES":
+        return get_all_passes("optree")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -139,7 +139,11 @@ def _plugin_loader(ep: EntryPoint) -> Callable[[], type[ModulePass[Any]]]:
 
 
 def get_pass_class(name: str) -> type[ModulePass[Any]]:
-    factory = get_all_passes().get(name) or with_discovered().get(name)
+    """The class of pass ``name``: a built-in one without reading plugins' entry points."""
+    if name in BUILTIN_PASSES:
+        factory: Callable[[], type[ModulePass[Any]]] | None = _loader(BUILTIN_PASSES[name][1])
+    else:
+        factory = get_all_passes().get(name) or with_discovered().get(name)
     if factory is None:
         raise LayercError(f"unknown pass '{name}'")
     cls = factory()

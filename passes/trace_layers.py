@@ -451,6 +451,7 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
     """Positions of the kernels that start after the GPU sat idle far longer than between the
     pass's kernels, and about as long as its longest wait (``of_longest`` of it: the host waited
     for one forward pass's result before launching the next)."""
+    _times_read[0] += 1
     idle = p.start[1:] - np.maximum.accumulate(p.end)[:-1]
     if not len(idle):
         return np.zeros(0, np.int64)
@@ -474,10 +475,16 @@ def _between(breaks: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.searchsorted(breaks, starts[1:], side="right") > np.searchsorted(breaks, starts[:-1], side="right")
 
 
+#: how often a pass's kernel times were read: a pass whose layers were found without them is
+#: remembered by its kernel sequence alone (a CUDA graph replays one sequence many times)
+_times_read = [0]
+
+
 def _idle_cut(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
     """Where the next forward pass begins, between one that ends before ``lo`` and one whose first
     layer starts at ``hi``: after the longest idle gap there (the GPU waits for the host between
     sampling one token and the next pass's inputs)."""
+    _times_read[0] += 1
     if hi <= lo:
         return hi
     return lo + 1 + int(np.argmax(start[lo + 1 : hi + 1] - end[lo:hi]))
@@ -760,15 +767,15 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
     stack = np.full(len(k), -1, np.int64)
     signatures: list[set[int]] = []  # each stack's kernel names, to know it again in another pass
     base = 0
+    seen: dict[bytes, tuple[np.ndarray, np.ndarray, int, float, np.ndarray]] = {}
     for idx in by_pass(pass_of, k.start):
         p = columns.at(idx)
         if name == "motif":
             eager = not columns.replayed[idx].any()
-            got, run, period, score = motif_layers(p, eager=eager)
+            got, run, period, score, local = _motif_of(p, eager, seen)
             if period:
                 scores.append(score * len(idx))
                 periods.append(period)
-            got, run, local = _more_stacks(p, got, run, eager)
             stack[idx] = _same_stacks(local, p.token, signatures)
         else:
             got, run, whole = _boundary_runs(p, eager=not columns.replayed[idx].any())
@@ -808,6 +815,22 @@ def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]
 
 #: a stretch outside the found layers this long (kernels) may hold a stack of its own
 OTHER_STACK = 12
+
+
+def _motif_of(p: _Pass, eager: bool, seen: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray, int, float, np.ndarray]:
+    """``motif_layers`` and ``_more_stacks`` of a pass, remembered in ``seen`` by its kernel
+    sequence where its kernel times played no part (the same replay again costs a lookup)."""
+    key = b"".join(np.ascontiguousarray(a).tobytes() for a in (p.token, p.short, p.kind, p.start_flag, p.residual_add,
+                                                                 p.activation)) + bytes([eager])
+    if key in seen:
+        got, run, period, score, local = seen[key]
+        return got.copy(), run.copy(), period, score, local.copy()
+    before = _times_read[0]
+    got, run, period, score = motif_layers(p, eager=eager)
+    got, run, local = _more_stacks(p, got, run, eager)
+    if _times_read[0] == before:
+        seen[key] = (got.copy(), run.copy(), period, score, local.copy())
+    return got, run, period, score, local
 
 
 def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

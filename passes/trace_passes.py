@@ -139,4 +139,9 @@ class TypeLayers(ModulePass["TraceModule"]):
         module.stage = kernel_stages(module.trace, cls, layers, module.table)
 
 
-TRACE_PASSES = get_all_passes("trace")  #: the one registry's trace view
+def __getattr__(name: str) -> object:
+    """``TRACE_PASSES``: the one registry's trace view, made on first use (a plugin's
+    entry points load importlib.metadata, which the command's own pipeline never needs)."""
+    if name == "TRACE_PASSES":
+        return get_all_passes("trace")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,10 +11,12 @@ import argparse
 import os
 import signal
 import sys
-from typing import Callable
+TYPE_CHECKING = False  # (as typing's, without importing typing at start-up)
 
-from layerc.ir.diagnostics import LayercError
 from layerc.tools.args import paths_of, size
+
+if TYPE_CHECKING:
+    from typing import Callable
 
 #: subcommand → (module with configure_parser/run, help line); modules load only when used.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -62,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = sys.argv[1] if len(sys.argv) > 1 else None
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
-        # Configure only the subcommand being run: import costs stay off the other paths.
+        # Configure only the subcommand being run: import costs stay off the other paths (the
+        # others are names in the listing, without even their own -h).
+        p = sub.add_parser(name, help=help_, description=help_, add_help=name == chosen)
         if name == chosen:
             mod = import_module(module)
             mod.configure_parser(p)
@@ -106,6 +109,8 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
 
 
 def _run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    from layerc.ir.diagnostics import LayercError  # here, not at the top: `layerc --help` loads no IR
+
     engine = args.diagnostics
     try:
         from layerc.backends import outputs

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layerc.backends.synth.kernels import generate
 from layerc.tools.args import fraction, input_path, output_path, positive_int
 
 
@@ -18,6 +17,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from layerc.backends.synth.kernels import generate
+
     truth = generate(args.dump, args.output, seed=args.seed, replays=args.replays, noise=args.noise)
     sys.stdout.write(f"{args.output}\n" + (f"{truth['truth']}\n" if "truth" in truth else ""))
     return 0

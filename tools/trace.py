@@ -13,7 +13,6 @@ import sys
 
 from typing import TYPE_CHECKING
 
-from layerc.backends.trace_report import Analysis, mismatched_passes, show
 from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
 
@@ -98,6 +97,8 @@ def config_layers(path: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from layerc.backends.trace_report import Analysis, mismatched_passes, show
+
     if printed_pipeline(args, trace_passes(args)):
         return 0
     if getattr(args, "model_config", None):

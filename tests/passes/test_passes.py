@@ -16,7 +16,8 @@ from layerc.grammar.dumps import load, parse_and_verify
 from layerc.ir import LayercError, Node, VerifyError
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.dce import DeadCodeElimination, StripUnusedWeights
-from layerc.passes.pipeline import PassManager, build_pipeline, make_pass, parse_pipeline_text, timing_report
+from layerc.passes.pipeline import PassManager, build_pipeline, make_pass, timing_report
+from layerc.passes.pipeline_text import parse_pipeline_text
 from layerc.passes.registry import get_all_passes
 from layerc.passes.select_graph import SelectGraph
 

@@ -366,8 +366,9 @@ def test_terminal_tables(which, torch_dir, generated, report):
         rows = table(out, title)
         assert {r[0]: int(r[1].replace(",", "")) for r in rows} == {k: v["kernels"] for k, v in doc[key].items()}
         assert rows[0][0] == max(doc[key], key=lambda k: doc[key][k]["time_ns"])  # by time, largest first
-    passes = table(out, "layers per pass")
-    assert [int(r[4]) for r in passes] == doc["layers_per_pass"]
+    passes = table(out, "layers per pass")  # alike passes one after the other share a row: "1-6 (6)"
+    spans = [re.fullmatch(r"\d+-\d+ \((\d+)\)", r[0]) for r in passes]
+    assert [int(r[4]) for r, span in zip(passes, spans) for _ in range(int(span[1]) if span else 1)] == doc["layers_per_pass"]
     kinds = table(out, "layers by kind")
     assert {(r[0], r[1]): int(r[2]) for r in kinds} == dict(Counter((x["stage"], x["type"]) for x in doc["layers"]))
     assert f"outside layers: {doc['orphans']['kernels']:,} kernels" in out
@@ -378,7 +379,7 @@ def test_terminal_tables(which, torch_dir, generated, report):
         assert ["1", "decode", "graph replay", "544", "36"] in passes
         assert kinds[0][:4] == ["decode", "MHA_FC", "36", "15.1"]
     else:
-        assert [r[1:3] for r in passes] == [["prefill", "eager"], ["decode", "graph replay"], ["decode", "graph replay"]]
+        assert [r[:3] for r in passes] == [["0", "prefill", "eager"], ["1-2 (2)", "decode", "graph replay"]]
 
 
 def test_terminal_num_layers(torch_dir):
@@ -448,6 +449,10 @@ def test_user_kernel_tables_reclassify(dirname, torch_dir, report, tmp_path):
     assert {k: v for k, v in doc["types"].items() if k not in ("OTHER", "QUANTIZATION", "ELEMENTWISE", "MEMORY")} == \
         {k: v for k, v in base["types"].items() if k not in ("ELEMENTWISE", "MEMORY")}
     assert doc["num_layers"] == base["num_layers"] and doc["unclassified_pct"] == 0
+    # the rows named are the user's (their index is into the user's tables, then the built-in ones)
+    assert doc["classified_by"]["my_copy"]["row"].startswith("mine.toml: entry 2")
+    assert doc["classified_by"]["my_argmax"]["row"].startswith("mine.toml: entry 1")
+    assert not any(str(v["row"]).startswith("mine.toml") for k, v in base["classified_by"].items())
     rc, out, _ = cli(torch_dir / DECODE, "--kernel-tables", tables, "-v")
     assert rc == 0 and "my_copy" in out and "my_argmax" in out
 

@@ -1,0 +1,64 @@
+"""Each command imports what its path needs and nothing more: start-up time is import time on a
+small input (numpy is the one heavy import a trace path may pay)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SHARED
+
+KINETO = SHARED / "data" / "traces" / "torch" / "hf_bert-small_h100.json.gz"
+NSYS = SHARED / "data" / "traces" / "nsys" / "pipit_saxpy_schema2.9.1.sqlite"
+
+#: modules a command's path has no use for, unless it is listed as allowed
+HEAVY = ("numpy", "lark", "rich", "importlib.metadata", "pydot", "orjson", "perfetto", "google.protobuf", "torch",
+         "matplotlib", "PIL", "pyarrow", "pandas")
+
+CASES = [
+    # (name, argv, what it may import)
+    ("help", ["--help"], ()),
+    ("command help", ["trace", "--help"], ()),
+    ("trace kineto", ["trace", str(KINETO)], ("numpy", "rich")),
+    ("trace nsys", ["trace", str(NSYS)], ("numpy", "rich")),
+    ("trace files", ["trace", str(KINETO), "--json", "$OUT/t.json", "--csv", "$OUT/t.csv"], ("numpy", "rich", "orjson")),
+    ("perfetto", ["perfetto", str(KINETO), "-o", "$OUT/t.pftrace"], ("numpy", "perfetto", "google.protobuf")),
+    ("replay", ["replay", str(KINETO)], ("numpy",)),
+    ("gen-dump", ["gen-dump", "llama", "$OUT/dump", "--layers", "2"], ("numpy",)),
+]
+
+def test_every_commands_help_loads_no_reader(tmp_path):
+    """``layerc CMD --help`` configures one parser: numpy only where the options' choices come
+    from data that needs it (the generators' models, the memory planner's architectures)."""
+    from layerc.tools.driver import COMMANDS
+
+    choices_from_data = {"gen-trace": ("numpy", "orjson"), "mem": ("numpy",)}
+    for command in COMMANDS:
+        test_a_command_imports_only_what_its_path_needs(f"{command} --help", [command, "--help"],
+                                                        choices_from_data.get(command, ()), tmp_path)
+
+
+PROBE = """
+import sys, io, contextlib
+from layerc.tools.driver import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("name,argv,allowed", CASES, ids=[c[0] for c in CASES])
+def test_a_command_imports_only_what_its_path_needs(name, argv, allowed, tmp_path):
+    argv = [a.replace("$OUT", str(tmp_path)) for a in argv]
+    run = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    loaded = set(run.stdout.split())
+    assert "layerc.tools.driver" in loaded, run.stderr
+    extra = sorted(m for m in HEAVY if m in loaded and m not in allowed)
+    assert not extra, f"layerc {' '.join(argv)} imports {extra}"
+    if name == "help":  # the driver alone: no IR, no reader
+        assert not [m for m in loaded if m.startswith(("layerc.ir", "layerc.grammar", "layerc.passes"))]
