@@ -54,7 +54,7 @@ test: install typecheck
 	$(PY) -m pytest -q -n 2 --durations=10
 
 # mypy cannot follow the editable install's folder mapping: it reads a farm of links laid out as
-# the installed package. Strict on the IR and the passes, plain on the grammar (backends, tools: to come).
+# the installed package. Strict on the IR and the passes, plain on the grammar, the backends and the tools.
 TYPECHECK := build/typecheck
 typecheck: install
 	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/layerc
@@ -62,6 +62,8 @@ typecheck: install
 	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.ir --strict --ignore-missing-imports
 	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.grammar --ignore-missing-imports --follow-imports=silent
 	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.passes --strict --ignore-missing-imports --follow-imports=silent
+	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.backends --ignore-missing-imports --follow-imports=silent
+	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy -p layerc.tools --ignore-missing-imports --follow-imports=silent
 
 # A long fuzz campaign over every reader (tests/fuzz): the figures go in the README.
 fuzz: install
@@ -76,6 +78,7 @@ fidelity: install
 bench: install
 	$(PIP) install -q $(FIND_LINKS) -e ".[bench]"
 	$(PY) -m tests.bench.run
+	$(PY) -m tests.bench.process
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

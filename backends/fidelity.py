@@ -235,11 +235,12 @@ def score(r: dict) -> float | None:
 
 def summary(records: list[dict]) -> str:
     exported = [r for r in records if "export_error" not in r]
-    sliced = [r for r in exported if score(r) is not None]
-    good = [r for r in sliced if score(r) >= 0.995]
+    scores = {id(r): s for r in exported if (s := score(r)) is not None}
+    sliced = [r for r in exported if id(r) in scores]
+    good = [r for r in sliced if scores[id(r)] >= 0.995]
     exact = [r for r in sliced if r.get("weights_recall") == 1.0 and r.get("weights_precision") == 1.0]
     both = [r for r in exported if r.get("dump_round_trip") and r.get("fx_round_trip")]
-    mean = sum(score(r) for r in sliced) / len(sliced) if sliced else 0.0
+    mean = sum(scores.values()) / len(sliced) if sliced else 0.0
     return (f"{len(records)} architectures, {len(exported)} export, {len(both)} round-trip in both syntaxes, "
             f"{len(sliced)} sliced: {len(good)} at >= 0.995 recall and precision, {len(exact)} exact on weight ops, "
             f"mean min(recall, precision) {mean:.3f}")

@@ -43,7 +43,8 @@ def _node(node: Node) -> str:
     if node.kind == OUTPUT:
         return f"return {python_str(node.args[0] if node.args else None)}"
     opcode = node.opcode or "call_function"
-    target = node.meta.get("fx_target") or to_fx_target(node.target, opcode)
+    # str(): a verified op has a target; an unverified one without prints None, as it always has
+    target = node.meta.get("fx_target") or to_fx_target(str(node.target), opcode)
     return f"{_lhs(node)}{opcode}[target={target}](args = {format_arg(node.args)}, kwargs = {format_arg(node.kwargs)})"
 
 

@@ -41,7 +41,7 @@ def _weight(w: Weight) -> dict:
 
 
 def _node(n: Node) -> dict:
-    d = {"name": n.name, "kind": n.kind}
+    d: dict[str, object] = {"name": n.name, "kind": n.kind}
     if n.target is not None:
         d["target"] = n.target
     if n.opcode:

@@ -25,7 +25,7 @@ import hashlib
 import html
 import re
 from collections import defaultdict
-from typing import Iterable
+from typing import Any, Iterable
 
 import pydot
 
@@ -604,9 +604,9 @@ def to_dot(doc: dict) -> pydot.Dot:
     paths = _placement(doc, preds, succs)
     groups_in: dict[str, set[str]] = defaultdict(set)
     for n in nodes:
-        key = _GROUP_CLUSTER.get(n.get("group"))
+        key = _GROUP_CLUSTER.get(n.get("group") or "")
         if key:
-            groups_in[key].add(n.get("group"))
+            groups_in[key].add(n["group"])
             if n.get("sub_group"):
                 groups_in[key].add(n["sub_group"])
     aux_index: dict[str, int] = {}
@@ -668,7 +668,7 @@ def to_dot(doc: dict) -> pydot.Dot:
 
     for n in nodes:
         name, fill, kind = style(n.get("op", ""))
-        attrs = {"label": _node_label(n), "fillcolor": fill,
+        attrs: dict[str, Any] = {"label": _node_label(n), "fillcolor": fill,
                  "tooltip": _plain(f"{n['id']}\n{n.get('op', '')}{_kernels_tooltip(n)}")}
         if kind == "aux":
             attrs["style"] = "rounded,filled,dashed"

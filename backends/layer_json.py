@@ -27,18 +27,20 @@ def shape_dtype(t: Type) -> tuple[str, str]:
 
 def layer_document(graph: Graph, source_file: str | None) -> dict:
     """The JSON document of one sliced layer (the graph ``slice-layer`` and ``infer-groups`` made)."""
-    nodes, edges, external = [], [], []
+    nodes: list[dict] = []
+    edges: list[dict] = []
+    external: list[dict] = []
     for n in graph.nodes:
         if n.kind == PLACEHOLDER and "external" in n.meta:
             external.append({"id": n.name, "label": n.meta["external"], "shape": shape_dtype(n.type)[0]})
         elif n.kind == OP:
             nodes.append(_node(n))
     seen = set()
-    for n in nodes:
-        for src in n["inputs"]:
-            if (src, n["id"]) not in seen:
-                seen.add((src, n["id"]))
-                edges.append({"from": src, "to": n["id"]})
+    for entry in nodes:
+        for src in entry["inputs"]:
+            if (src, entry["id"]) not in seen:
+                seen.add((src, entry["id"]))
+                edges.append({"from": src, "to": entry["id"]})
     doc = {"layer": graph.meta["layer"], "source_file": source_file, "nodes": nodes, "edges": edges, "external_inputs": external}
     summary = graph.meta.get("trace_summary")
     if summary:

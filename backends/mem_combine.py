@@ -110,7 +110,7 @@ def stack(pictures: list[tuple[str, bytes]]) -> bytes:
             with Image.open(io.BytesIO(s.data)) as im:
                 picture = im.convert("RGB")
             if picture.size != (at(s.width), at(s.height)):
-                picture = picture.resize((at(s.width), at(s.height)), Image.LANCZOS)
+                picture = picture.resize((at(s.width), at(s.height)), Image.Resampling.LANCZOS)
             page.paste(picture, (at(MARGIN), at(y)))
             del picture
         y += s.height + MARGIN

@@ -11,6 +11,7 @@ as a flow from its source op to its destination op.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def write_memory_pftrace(module: MemoryModule, path: str | os.PathLike) -> dict[
 
 
 class _Writer:
-    def __init__(self, pb):
+    def __init__(self, pb: Any) -> None:  # the perfetto_trace_pb2 module
         self.pb = pb
         self.next_uuid = _UUID_BASE
         self.next_flow = 0

@@ -171,7 +171,7 @@ def show(m: MemoryModule, console, written: list[str] | None = None, timeline_wi
     from rich.text import Text
 
     for k in m.kernels:
-        files = ", ".join(sorted({m.files[g.file].rsplit("/", 1)[-1] for g in k.graphs.values()}))
+        files = ", ".join(sorted({str(m.files[g.file]).rsplit("/", 1)[-1] for g in k.graphs.values()}))
         console.print(Text.assemble((_cut(k.name), "bold"), f"  ({files}; {m.arch or 'no arch'})"))
         for mem in ("smem", "tmem"):
             live = k.liveness.get(mem)
@@ -182,9 +182,9 @@ def show(m: MemoryModule, console, written: list[str] | None = None, timeline_wi
         if len(b):
             lo, hi = int(b.start.min()), int(max(b.end.max(), b.start.min() + 1))
             tab = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-            for col, just in (("", "left"), ("buffer", "left"), ("size", "right"), ("liveness", "right"), ("channels", "right"),
-                              (f"ops {lo}..{hi - 1}", "left")):
-                tab.add_column(col, justify=just)
+            for col, right in (("", False), ("buffer", False), ("size", True), ("liveness", True), ("channels", True),
+                               (f"ops {lo}..{hi - 1}", False)):
+                tab.add_column(col, justify="right" if right else "left")
             counts_ = np.bincount(k.channel_nodes.buffer, minlength=len(b)) if len(k.channel_nodes) else np.zeros(len(b), int)
             for i in np.lexsort((b.start, b.kind))[:SHOW_ROWS].tolist():
                 kind = KIND_NAMES[b.kind[i]]
@@ -206,7 +206,7 @@ def show(m: MemoryModule, console, written: list[str] | None = None, timeline_wi
         console.print()
     for f in m.findings:
         color = {"error": "red", "warning": "yellow", "note": "cyan"}[f.severity]
-        console.print(Text(m.diagnostic(f), style=color if f.severity == "error" else None))
+        console.print(Text(m.diagnostic(f), style=color if f.severity == "error" else ""))
     c = counts(m)
     console.print(f"{len(m.kernels)} kernel(s); {c['error']} error(s), {c['warning']} warning(s), {c['note']} note(s)")
     for path in written or ():

@@ -60,7 +60,10 @@ def summary_rows(tree: OpTree) -> list[SummaryRow]:
         names = {k.name for k in row.kernels}
         always = always_by_row.setdefault(node.label, set())
         always.update(k.name for k in node.kernels if not k.conditions and not conditional)
-        row.kernels += [k for k in node.kernels if k.name not in names and not names.add(k.name)]
+        for k in node.kernels:  # each kernel once, in the order they come
+            if k.name not in names:
+                names.add(k.name)
+                row.kernels.append(k)
         if node.site is not None and node.site not in row.sites:
             row.sites.append(node.site)
     for row in rows.values():
@@ -293,8 +296,8 @@ def kernel_traces_markdown(tree: OpTree, link: Linker, title: str) -> str:
                 out += [_md_graph(_chain_lines(k, link)), ""]
             rest = list(chains.values())[CHAINS_PER_KERNEL:]
             if rest:
-                ops = sorted({f"`{k.chain[-1].label}` ([L{k.chain[-1].site.line}]({link(k.chain[-1].site)}))" for k in rest})
-                out.append(f"*{len(rest)} more chains, to:* " + ", ".join(ops))
+                ends = sorted({f"`{k.chain[-1].label}` ([L{k.chain[-1].site.line}]({link(k.chain[-1].site)}))" for k in rest})
+                out.append(f"*{len(rest)} more chains, to:* " + ", ".join(ends))
                 out.append("")
     out += ["## Summary Table", "", "| Kernel | Source | Category | Primary Call Site |", "|--------|--------|----------|-------------------|"]
     for name in sorted(by_kernel):

@@ -25,7 +25,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, cast
 
 from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
@@ -177,7 +177,7 @@ def _copy_into(tmp: str, target: _Target, stdout: IO[str] | None) -> None:
     try:
         with open(tmp, "rb") as src:
             if target.fd is not None:
-                stream = (stdout or sys.stdout) if target.fd == 1 else sys.stderr
+                stream: Any = (stdout or sys.stdout) if target.fd == 1 else sys.stderr  # a text stream with .buffer
                 stream.flush()
                 shutil.copyfileobj(src, stream.buffer, 1 << 20)
                 stream.buffer.flush()
@@ -239,7 +239,7 @@ def open_staged(tmp: Path, path: str | os.PathLike, mode: str = "w") -> Iterator
     with open(tmp, mode, buffering=1 << 20) as raw:
         if os.fspath(path).endswith(".gz"):
             with gzip.GzipFile(filename=Path(path).name[:-3], mode="wb", fileobj=raw, compresslevel=3, mtime=0) as z:
-                yield z
+                yield cast(IO[bytes], z)
         else:
             yield raw
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, cast
 
 import numpy as np
 
@@ -199,12 +199,11 @@ class _Layout:
         self._kernel_args(trace)
 
     # rows ---------------------------------------------------------------------------------------
-    def _valid(self, kind: int, start: np.ndarray, end: np.ndarray) -> _Rows:
-        start = np.asarray(start, np.int64)
-        end = np.maximum(np.asarray(end, np.int64), start)
-        bad = start < 0
-        self.skipped += int(bad.sum())
-        return _Rows(kind, start, end)
+    def _valid(self, kind: int, start: np.ndarray | list[int], end: np.ndarray | list[int]) -> _Rows:
+        begins = np.asarray(start, np.int64)
+        ends = np.maximum(np.asarray(end, np.int64), begins)
+        self.skipped += int((begins < 0).sum())
+        return _Rows(kind, begins, ends)
 
     def _cpu_rows(self, t: Trace) -> None:
         gpu_ann = t.annotations.kind == ANNOTATION_GPU
@@ -250,7 +249,7 @@ class _Layout:
         if None in span_devices:  # a span without a device: on the only device, else on its own
             if len(devices | (span_devices - {None})) == 1:
                 only = next(iter(devices | (span_devices - {None})))
-                self.spans = [x if x.device is not None else _replace_device(x, only) for x in self.spans]
+                self.spans = [x if x.device is not None else _replace_device(x, cast(int, only)) for x in self.spans]
             span_devices = {x.device for x in self.spans}
         devices |= span_devices
         taken = set(cpu_pids)
@@ -266,10 +265,10 @@ class _Layout:
         # devices: process track, then span tracks, gpu annotations, streams
         dev_track: dict[Any, _Track] = {}
         for d in sorted(devices, key=lambda x: (x is None, x if x is not None else 0)):
-            pid = d if (d is not None and 0 <= d < 1 << 31 and d not in taken) else fresh()
-            taken.add(pid)
+            dev_pid = d if (d is not None and 0 <= d < 1 << 31 and d not in taken) else fresh()
+            taken.add(dev_pid)
             label = _device_label(t, d, devices)
-            dev_track[d] = self._new(name=label, process=(_i32(pid), label), ordered=True, json_pid=pid)
+            dev_track[d] = self._new(name=label, process=(_i32(dev_pid), label), ordered=True, json_pid=dev_pid)
         tids: dict[int, set] = {tr.json_pid: set() for tr in dev_track.values()}
         for d, s in set(zip(k.device.tolist(), k.stream.tolist())) | set(zip(m.device.tolist(), m.stream.tolist())):
             tids[dev_track[d].json_pid].add(s)
@@ -316,9 +315,9 @@ class _Layout:
             d, s = int(keys[g][0]), int(keys[g][1])
             return child(dev_track[d], f"stream {s}" if s >= 0 else "stream ?", s if lane == 0 else None)
 
-        track, rank = self._place(both, key, stream_track)
-        kr.track, kr.rank = track[: len(kr)], rank[: len(kr)]
-        mr.track, mr.rank = track[len(kr):], rank[len(kr):]
+        placed, ranks = self._place(both, key, stream_track)
+        kr.track, kr.rank = placed[: len(kr)], ranks[: len(kr)]
+        mr.track, mr.rank = placed[len(kr):], ranks[len(kr):]
 
         # host: a process per pid, a thread track per tid
         cpu = [(K_LAUNCH, t.launches.pid, t.launches.tid, None), (K_CPU_OP, t.cpu_ops.pid, t.cpu_ops.tid, None),
@@ -356,15 +355,15 @@ class _Layout:
             used.add(jt)
             return self._new(name=f"thread {tid} (overlap {lane})", parent=main.uuid, json_pid=p, json_tid=jt)
 
-        track, rank = self._place(allrows, tkey, thread_track_for)
+        placed, ranks = self._place(allrows, tkey, thread_track_for)
         at = 0
         for kind, sel in owners:
             rows = self.rows[kind]
             if rows.track is None:
                 rows.track = np.zeros(len(rows), np.int64)
                 rows.rank = np.zeros(len(rows), np.int64)
-            rows.track[sel] = track[at: at + len(sel)]
-            rows.rank[sel] = rank[at: at + len(sel)]
+            rows.track[sel] = placed[at: at + len(sel)]
+            rows.rank[sel] = ranks[at: at + len(sel)]
             at += len(sel)
 
     def _place(self, rows: _Rows, group: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
@@ -728,7 +727,7 @@ class _ProtoWriter:
         if k == K_KERNEL:
             kk = t.kernels
             layer = lay.layer_of[b] if lay.layer_of is not None else np.full(len(b), -1)
-            cols = (name, lay.full[b], lay.grid[b], lay.block[b], kk.registers[b], lay.shared[b], kk.graph_id[b],
+            cols: tuple[Any, ...] = (name, lay.full[b], lay.grid[b], lay.block[b], kk.registers[b], lay.shared[b], kk.graph_id[b],
                     kk.correlation[b], kk.graph_node_id[b], kk.external_id[b], layer, lay.kernel_flow[b])
             values = np.concatenate([lay.full[b], lay.grid[b], lay.block[b]])
             return zip(*(c if isinstance(c, list) else c.tolist() for c in cols)), values

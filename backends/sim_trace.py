@@ -36,7 +36,7 @@ def schedule_spans(graph: Graph, device: int = 0, offset_ns: int = 0) -> list[Sp
     s = graph.meta["schedule"]
     meta = graph.meta
     title = f"layer {meta.get('layer', '?')} ({meta.get('phase', '?')}, {meta.get('model', 'graph')})"
-    layer_args = {k: meta[k] for k in ("model", "phase", "seq_len", "batch", "attention", "dtype") if k in meta}
+    layer_args: dict[str, object] = {k: meta[k] for k in ("model", "phase", "seq_len", "batch", "attention", "dtype") if k in meta}
     layer_args.update({"engines": s.engines, "makespan (us)": round(s.makespan / 1e3, 3),
                        "critical path (us)": round(s.critical_path / 1e3, 3), "utilization": round(s.utilization, 4)})
     spans = [Span(title, offset_ns, offset_ns + s.makespan, "layer", device, layer_args)]

@@ -6,20 +6,27 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layerc.ir.diagnostics import warn
+
+if TYPE_CHECKING:
+    from layerc.ir.trace import Trace
+    from layerc.passes.kernel_tables import Classification
+    from layerc.passes.layer_facts import LayerTable
+    from layerc.passes.trace_layers import LayerResult
 
 
 @dataclass
 class Analysis:
     """Everything the outputs show, computed once."""
 
-    trace: object
-    cls: object
-    layers: object
-    table: object
+    trace: Trace
+    cls: Classification
+    layers: LayerResult
+    table: LayerTable
     stage: np.ndarray  #: per kernel, after layer voting
     keep: np.ndarray  #: kernels selected by --stage
     rows: np.ndarray  #: layers selected by --stage
@@ -70,7 +77,7 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
     from layerc.passes.layer_evidence import CONFIDENT
     from layerc.passes.layer_facts import stage_name
 
-    k, t = a.trace.kernels, a.table
+    k = a.trace.kernels
     dur = (k.end - k.start).astype(np.int64)
     keep = a.keep
     total = int(dur[keep].sum())
@@ -144,7 +151,7 @@ def _classified_by(a: Analysis, dur: np.ndarray, tables: str | None) -> dict:
 
     entries = (a.cls.table or kernel_table(tables)).entries  # the tables that classified the kernels
     keep = a.keep
-    out = {}
+    out: dict[str, dict] = {}
     shorts, first, inverse = np.unique(a.cls.short[keep], return_index=True, return_inverse=True)
     idx = np.nonzero(keep)[0]
     time = np.bincount(inverse.reshape(-1), weights=dur[keep].astype(float), minlength=len(shorts))

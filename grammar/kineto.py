@@ -33,6 +33,7 @@ import numpy as np
 from layerc.grammar import inputs
 from layerc.grammar.inputs import human_size
 from layerc.ir.diagnostics import Location, ParseError
+from layerc.grammar.traces import KINDS  # every kind of row a reader can produce; kinds= picks some
 from layerc.ir.trace import (
     ANNOTATION_GPU,
     ANNOTATION_USER,
@@ -51,9 +52,6 @@ from layerc.ir.trace import (
     Trace,
     distinct,
 )
-
-#: Every kind of row a reader can produce; ``kinds=`` picks some.
-KINDS = frozenset({"kernels", "launches", "cpu_ops", "annotations", "memops", "modules"})
 
 _F = msgspec.field
 #: Tolerant field types: profilers write some ids as strings ("stream 7"); anything else is -1.

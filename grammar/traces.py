@@ -4,29 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from layerc.grammar import inputs
-from layerc.grammar.kineto import KINDS, read_kineto
-from layerc.grammar.nsys import read_nsys
 from layerc.ir.diagnostics import ParseError
-from layerc.ir.trace import Trace
+
+if TYPE_CHECKING:
+    from layerc.ir.trace import Trace
+
+#: the tables a PyTorch profiler trace fills (the reader of each format loads when its format is met)
+KINDS = frozenset({"kernels", "launches", "cpu_ops", "annotations", "memops", "modules"})
 
 
-def read_trace(path: str | Path, kinds=KINDS) -> Trace:
+def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
     """The trace at ``path``, rows that no clock can have produced left out (and counted)."""
     trace = _read(path, kinds)
     trace.drop_invalid()
     return trace
 
 
-def _read(path: str | Path, kinds) -> Trace:
+def _read(path: str | Path, kinds: frozenset[str]) -> Trace:
     path = inputs.check_file(path)
-    if path.suffix == ".nsys-rep":
-        return read_nsys(path)
-    with inputs.open_raw(path) as f:
-        head = f.read(16)
-    if head.startswith(b"SQLite format 3"):
+    head = b""
+    if path.suffix != ".nsys-rep":
+        with inputs.open_raw(path) as f:
+            head = f.read(16)
+    if path.suffix == ".nsys-rep" or head.startswith(b"SQLite format 3"):
+        from layerc.grammar.nsys import read_nsys
+
         return read_nsys(path)
     if inputs.compression(head) or head.lstrip()[:1] in (b"{", b"["):
+        from layerc.grammar.kineto import read_kineto
+
         return read_kineto(path, kinds)
     if not head:
         raise ParseError("the file is empty", str(path))

@@ -28,7 +28,7 @@ from typing import TypeVar, dataclass_transform
 
 import numpy as np
 
-from layerc.ir.diagnostics import Diagnostic, LayercError, Location, VerifyError
+from layerc.ir.diagnostics import Diagnostic, Location, VerifyError
 from layerc.ir.trace import NONE, Strings, Table
 
 #: Buffer and channel kinds. A combined-graph channel of neither memory (a register channel)

@@ -31,7 +31,6 @@ from layerc.ir.memory import (
 )
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.registry import get_all_passes
-from layerc.passes.mem_liveness import MemLiveness
 
 EDGE_COLORS = {SMEM: "darkgreen", TMEM: "red", OTHER: "black"}
 

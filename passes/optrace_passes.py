@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from layerc.grammar.pysource import SourceModule, SourceSet
 from layerc.ir.diagnostics import Diagnostic, LayercError, Location, VerifyError, source_line_at
@@ -23,6 +23,9 @@ from layerc.passes.optrace import OpTracer, model_kernel_sites
 from layerc.passes.optrace_layers import check_layers
 from layerc.passes.pyconst import Knowns
 from layerc.passes.pyresolve import ClassInfo, Resolver, check_module_size
+
+if TYPE_CHECKING:
+    from layerc.passes.optrace_dynamic import Agreement  # imported at run time by --dynamic alone
 
 
 @dataclass
@@ -61,7 +64,7 @@ class OpTraceModule:
     tree: OpTree | None = None
     tracer: OpTracer | None = None
     validation: CrossValidation | None = None
-    dynamic: object | None = None  #: ``optrace_dynamic.Agreement`` after ``profile-ops``
+    dynamic: Agreement | None = None  #: after ``profile-ops``
     unresolved: list[str] = field(default_factory=list)  #: located warnings: calls the tree could not follow
     pruned: int = 0  #: branches the configuration decided against
 

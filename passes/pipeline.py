@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from layerc.ir.diagnostics import LayercError, Location, ParseError, clip
-from layerc.ir.graph import Module
 from layerc.passes.base import Context, ModulePass
 from layerc.passes.registry import BUILTIN_PASSES, IRS, get_all_passes, get_pass_class, other_ir, with_discovered
 
@@ -116,7 +115,7 @@ class PassManager:
     passes: list[ModulePass[Any]]
     verify_each: bool = True
     print_ir_after_all: bool = False
-    print_ir: Callable[[Module], str] | None = None
+    print_ir: Callable[[Any], str] | None = None  #: the printer of the module's IR
     ir_stream: TextIO | None = None
     timings: list[PassTiming] = field(default_factory=list)
     ran: list[ModulePass[Any]] = field(default_factory=list)

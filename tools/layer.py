@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     module = load(args.input, file=args.file, syntax=args.syntax)
     phases.append(PassTiming("Parser", time.perf_counter() - start))
-    source = Path(module.source)
+    source = Path(module.source or args.input)
     outdir = output_dir(args.outdir) if args.outdir else source.parent
 
     from layerc.backends.registry import emitter

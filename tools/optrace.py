@@ -149,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
     if args.werror and module.unresolved:
         raise LayercError(f"{len(module.unresolved)} call(s) cannot be resolved (--werror); nothing written", sources.label)
 
-    tree = module.tree
+    tree, v = module.tree, module.validation
+    if tree is None or v is None:  # trace-ops and cross-validate-kernels always leave both
+        raise LayercError("the op tree was not built", sources.label)
     # links are relative to where a report lands; from a stream (stdout, a FIFO) they are as from here
     out_dir = str(Path(args.output).resolve().parent) if args.output and not is_stream(args.output) else None
     link = report.linker(sources, out_dir, args.link_prefix)
@@ -159,25 +161,25 @@ def run(args: argparse.Namespace) -> int:
         k_dir = None if is_stream(args.kernel_traces) else str(Path(args.kernel_traces).resolve().parent)
         outputs.append((args.kernel_traces, report.kernel_traces_markdown(
             tree, report.linker(sources, k_dir, args.link_prefix), title)))
-    markdown = report.op_traces_markdown(tree, module.validation, link, title, args.kernel_traces, module.dynamic)
-    json_path = args.json
+    markdown = report.op_traces_markdown(tree, v, link, title, args.kernel_traces, module.dynamic)
+    json_path: str | None = args.json
     if json_path == "" and args.output:
         json_path = str(Path(args.output).with_suffix(".json"))
     if json_path is not None:
         from layerc.backends.json_encoding import to_json
 
         # compact: a DeepSeek tree has ~15,000 kernel chains, and indenting their index lists triples the file
-        data = to_json(report.report_json(tree, module.validation, module.dynamic)) + b"\n"
+        data = to_json(report.report_json(tree, v, module.dynamic)) + b"\n"
         outputs.append((json_path or None, data))
     if args.output or json_path is None:
         outputs.insert(0, (args.output, markdown))
-    for path, data in outputs:
-        if path:
-            write_atomic(path, data)
+    for target, body in outputs:
+        if target:
+            write_atomic(target, body)
+        elif isinstance(body, bytes):
+            sys.stdout.buffer.write(body)
         else:
-            out = sys.stdout.buffer if isinstance(data, bytes) else sys.stdout
-            out.write(data)
-    v = module.validation
+            sys.stdout.write(body)
     sys.stderr.write(f"layerc: {title}: {sum(1 for n, _ in tree.nodes() if n.kind == 'op')} op call sites, "
                      f"{len(v.kernels)} kernels, {v.issues} cross-validation issues, {len(module.unresolved)} unresolved calls"
                      + (f", {module.pruned} branches pruned by the configuration" if tree.configuration else "")

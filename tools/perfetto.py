@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     module = analyze(argparse.Namespace(trace=args.trace, kernel_tables=None, strategy=args.strategy, split_half_layers=False,
                                         timing=False, stage="all"))
-    for w in module.layers.warnings:
+    for w in module.layers.warnings if module.layers else ():
         warn(args, w, args.trace)
     stats = emitter("trace", perfetto_format(args.output, args.format)).write(module, args.output)
     sys.stdout.write(f"{args.output}: {len(module.trace.kernels):,} kernels, {stats['spans']:,} spans, {stats.get('bytes', 0):,} bytes\n")

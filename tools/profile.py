@@ -157,10 +157,10 @@ def read_back(prof, args: argparse.Namespace):
         with atomic_path(args.profile_json) as tmp:  # staged until the command succeeds: read it there
             prof.export_chrome_trace(str(tmp))
             return read_trace(tmp)
-    fd, tmp = tempfile.mkstemp(prefix="layerc-profile-", suffix=".json")
+    fd, name = tempfile.mkstemp(prefix="layerc-profile-", suffix=".json")
     os.close(fd)
     try:
-        prof.export_chrome_trace(tmp)
-        return read_trace(tmp)
+        prof.export_chrome_trace(name)
+        return read_trace(name)
     finally:
-        os.unlink(tmp)
+        os.unlink(name)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from layerc.passes.replays import layers_of, pick_replay
     from layerc.backends.outputs import emit
 
-    trace = read_trace(args.trace, kinds={"kernels", "launches"})
+    trace = read_trace(args.trace, kinds=frozenset({"kernels", "launches"}))
     for w in trace.warnings:
         warn(args, w, trace.source)
     chosen = pick_replay(trace, args.graph_id, args.replay)

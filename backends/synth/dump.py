@@ -25,6 +25,7 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 from layerc.backends.autodeploy import print_module
 from layerc.backends.outputs import output_dir, write_atomic
@@ -32,7 +33,7 @@ from layerc.backends.synth import eager as gen_eager
 from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, module, sanitize, target_base
 from layerc.ir.constants import Device, DType, TorchAttr
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Graph, Module, Node, Value, Weight, map_values
-from layerc.ir.types import UNKNOWN, OpaqueType, SymDim, TensorType, TupleType
+from layerc.ir.types import UNKNOWN, Dim, OpaqueType, SymDim, TensorType, TupleType
 
 BF16, F32, I32, I64, BOOL = "torch.bfloat16", "torch.float32", "torch.int32", "torch.int64", "torch.bool"
 
@@ -74,8 +75,33 @@ def _mlir(tag: str) -> str:
     return "auto_deploy.mlir_fused_" + hashlib.sha256(tag.encode()).hexdigest()[:16]
 
 
+def _tt(x: Node) -> TensorType:
+    """A generated node's type: always a tensor's."""
+    return cast(TensorType, x.type)
+
+
+def _shape(x: Node) -> tuple[Dim, ...]:
+    """A generated node's shape: always printed."""
+    shape = _tt(x).shape
+    assert shape is not None
+    return shape
+
+
+def _target(n: Node) -> str:
+    """An op's target: every op has one."""
+    assert n.target is not None
+    return n.target
+
+
 class _Gen:
     """Shared shapes, counters and helpers for one generated graph."""
+
+    #: batch, sequence and token dims, the pages of the KV cache: ints, or SymDims when symbolic
+    B: SymDim | int
+    S: SymDim | int
+    T: SymDim | int
+    B1: SymDim | int
+    pages: SymDim | int
 
     def __init__(self, graph_name: str | None, tokens: int, symbolic: bool, constants: bool = False):
         self.pattern: str | None = None  # Nemotron-H block pattern
@@ -162,23 +188,23 @@ class _Gen:
 
     def linear(self, x: Node, fqn: str, out_f: int, in_f: int, dtype: str = BF16, wdtype: str = BF16) -> Node:
         w = self.w(fqn, wdtype, out_f, in_f)
-        return self.op(LINEAR, (x, w, None), TensorType(x.type.shape[:-1] + (out_f,), dtype))
+        return self.op(LINEAR, (x, w, None), TensorType(_shape(x)[:-1] + (out_f,), dtype))
 
     def rms(self, x: Node, fqn: str, size: int, eps: float, target: str = RMS) -> Node:
         return self.op(target, (x, self.w(fqn, BF16, size), eps), x.type)
 
     def view(self, x: Node, *rest: int) -> Node:
         """``view(x, [B, S, *rest])``; the batch dims are sym_size nodes when symbolic."""
-        return self.op(VIEW, (x, [*self.sizes, *rest]), TensorType((self.B, self.S, *rest), x.type.dtype))
+        return self.op(VIEW, (x, [*self.sizes, *rest]), TensorType((self.B, self.S, *rest), _tt(x).dtype))
 
     def flatten(self, x: Node) -> Node:
-        n = x.type.shape[-1]
-        return self.op(VIEW, (x, [-1, n]), TensorType((self.T, n), x.type.dtype))
+        n = _shape(x)[-1]
+        return self.op(VIEW, (x, [-1, n]), TensorType((self.T, n), _tt(x).dtype))
 
     def split(self, x: Node, sizes: list[int], dim: int = -1) -> list[Node]:
-        shape = x.type.shape
+        shape = _shape(x)
         d = dim % len(shape)
-        parts = [TensorType(shape[:d] + (s,) + shape[d + 1 :], x.type.dtype) for s in sizes]
+        parts = [TensorType(shape[:d] + (s,) + shape[d + 1 :], _tt(x).dtype) for s in sizes]
         return self.gi(self.op(SPLIT, (x, sizes, dim), self.tup(*parts)))
 
     def swiglu_linears(self, x: Node, prefix: str, inter: int, hidden: int) -> Node:
@@ -214,7 +240,7 @@ class _Gen:
         else:
             normed = self.rms(x, norm_fqn, hidden, eps, target)
         logits = self.linear(normed, lm_fqn, vocab, hidden)
-        self.b.output(self.op(TO, (logits, DType("float32")), TensorType(logits.type.shape, F32)))
+        self.b.output(self.op(TO, (logits, DType("float32")), TensorType(_tt(logits).shape, F32)))
 
 
 def _constant_ops(g: _Gen, h: Node) -> None:
@@ -225,8 +251,8 @@ def _constant_ops(g: _Gen, h: Node) -> None:
     dump as positional arguments or inside containers), and symbolic sizes where dims are
     symbolic. None of them feeds the layer: they show the text, not the math."""
     layer = g.b.meta.get("true_layer")
-    t = h.type
-    shape, H = t.shape, t.shape[-1]
+    t, shape = _tt(h), _shape(h)
+    H = shape[-1]
     scores = g.op("aten.einsum.default", ("bsh,bsh->bs", [h, h]), TensorType(shape[:-1], F32))
     finite = g.op("aten.gt.Scalar", (h, float("-inf")), TensorType(shape, BOOL))
     g.op("aten.clamp.default", (scores, float("-inf"), float("inf")), scores.type)
@@ -237,7 +263,7 @@ def _constant_ops(g: _Gen, h: Node) -> None:
          OpaqueType("NoneType"))
     head = g.op(GETITEM, (h, (Ellipsis, slice(None, 64, None))), TensorType(shape[:-1] + (64,), t.dtype))
     padded = g.op("aten.pad.default", (head, [0, 1], "constant", 0.0), TensorType(shape[:-1] + (65,), t.dtype))
-    g.op("aten.mul.Scalar", (padded, 0.5 + 0.5j), TensorType(padded.type.shape, "torch.complex64"))
+    g.op("aten.mul.Scalar", (padded, 0.5 + 0.5j), TensorType(_tt(padded).shape, "torch.complex64"))
     g.op("aten.to.device", (h, Device("cuda", 0), DType("bfloat16"), False, False, TorchAttr("contiguous_format")), t)
     spec = {"size": [g.B, g.S, 64], "dtype": DType("bfloat16"), "layout": TorchAttr("strided"),
             "device": Device("cuda", 0), "memory_format": TorchAttr("contiguous_format"), "pin_memory": None}
@@ -252,7 +278,7 @@ def _constant_ops(g: _Gen, h: Node) -> None:
 # =============================================================================================
 # DeepSeek-V3
 # =============================================================================================
-DSV3 = dict(hidden=7168, vocab=129280, heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128,
+DSV3: dict[str, Any] = dict(hidden=7168, vocab=129280, heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128,
             inter=18432, moe_inter=2048, experts=256, dense=3, eps=1e-06, scale=0.1352337788608801)
 
 
@@ -276,9 +302,9 @@ def _dsv3_attention(g: _Gen, i: int, h: Node, pos: Node, caches, prefusion: bool
     rope_t = g.tup(q_pe.type, kpe.type)
     out_t = g.act(nh, c["v_head"])
     if prefusion:
-        cos = g.op("aten.index.Tensor", (g.w("model.rotary_emb.cos_cached", F32, 163840, c["rope"]), [pos]),
+        cos: Value = g.op("aten.index.Tensor", (g.w("model.rotary_emb.cos_cached", F32, 163840, c["rope"]), [pos]),
                    g.act(c["rope"], dtype=F32))
-        sin = g.op("aten.index.Tensor", (g.w("model.rotary_emb.sin_cached", F32, 163840, c["rope"]), [pos]),
+        sin: Value = g.op("aten.index.Tensor", (g.w("model.rotary_emb.sin_cached", F32, 163840, c["rope"]), [pos]),
                    g.act(c["rope"], dtype=F32))
         q_pe, kpe = g.gi(g.op("auto_deploy.torch_rope_with_qk_interleaving.default", (q_pe, kpe, cos, sin, 2), rope_t))
         attn = g.op("auto_deploy.torch_mla.default", (q_nope, q_pe, ckv, kpe, kv_b, True, c["scale"], "bsnd"), out_t)
@@ -318,7 +344,7 @@ def _dsv3_moe(g: _Gen, i: int, h: Node, prefusion: bool) -> Node:
         return g.op(ADD, (routed, shared), x.type)
     # Expert-parallel sharding (rank 0 of 8) masks the routing: 32 local experts.
     group = g.op(FLOORDIV, (idx, E // 8), idx.type)
-    local = g.op(EQ, (group, 0), TensorType(idx.type.shape, BOOL))
+    local = g.op(EQ, (group, 0), TensorType(_tt(idx).shape, BOOL))
     idx = g.op(SUB, (idx, 0), idx.type)
     wts = g.op(MUL, (wts, local), wts.type)
     xt = g.op(TO_PACKET, (x, DType("bfloat16")), x.type)
@@ -360,6 +386,7 @@ def _deepseek_v3(g: _Gen, layers: int, prefusion: bool) -> None:
             h = g.rms(residual, norm_fqn, H, eps, TORCH_RMS)
         else:
             w = g.w(norm_fqn, BF16, H)
+            assert h is not None  # the norm of the layer before
             fused = g.op(FUSED_AR_NORM, (mlp_out, residual, w, eps, "NCCL"), g.tup(h.type, h.type))
             if i == layers:  # the final norm: its residual output is dead
                 h = g.op(GETITEM, (fused, 0), h.type)
@@ -385,15 +412,16 @@ def _deepseek_v3(g: _Gen, layers: int, prefusion: bool) -> None:
         else:
             mlp_out = g.fused_swiglu(h, f"{p}.mlp", c["inter"], H)
     g.at(None)
+    assert h is not None  # the loop ran at least once
     logits = g.linear(h, "lm_head.weight", c["vocab"], H)
-    g.b.output(g.op(TO, (logits, DType("float32")), TensorType(logits.type.shape, F32)))
+    g.b.output(g.op(TO, (logits, DType("float32")), TensorType(_tt(logits).shape, F32)))
 
 
 # =============================================================================================
 # Llama / Qwen3-MoE: GQA with fused QKV, rope, paged attention
 # =============================================================================================
-LLAMA = dict(hidden=4096, vocab=128256, heads=32, kv_heads=8, head_dim=128, inter=14336, eps=1e-05)
-QWEN3_MOE = dict(hidden=2048, vocab=151936, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8,
+LLAMA: dict[str, Any] = dict(hidden=4096, vocab=128256, heads=32, kv_heads=8, head_dim=128, inter=14336, eps=1e-05)
+QWEN3_MOE: dict[str, Any] = dict(hidden=2048, vocab=151936, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8,
                  moe_inter=768, eps=1e-06)
 
 
@@ -471,6 +499,7 @@ def _gqa_stack(g: _Gen, layers: int, c: dict, paged: str, qk_norm: bool, fused_n
         o = _gqa_attention(g, i, h, pos, caches[i], c, qk_norm=qk_norm, paged=paged)
         h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, c["eps"], fused_norm)
         y = mlp(i, h)
+    assert y is not None  # layers >= 1
     g.head(y, "model.norm.weight", H, c["vocab"], c["eps"], residual=residual, fused=fused_norm)
 
 
@@ -497,7 +526,7 @@ def _qwen3_moe(g: _Gen, layers: int) -> None:
 # =============================================================================================
 # Nemotron-H (Mamba2 / attention / MoE hybrid) and Qwen3-Next (gated delta net / attention, MoE)
 # =============================================================================================
-NEMOTRON = dict(hidden=2688, vocab=131072, m_heads=64, m_head_dim=64, d_state=128, n_groups=8, conv=4,
+NEMOTRON: dict[str, Any] = dict(hidden=2688, vocab=131072, m_heads=64, m_head_dim=64, d_state=128, n_groups=8, conv=4,
                 heads=32, kv_heads=2, head_dim=128, experts=128, top_k=6, moe_inter=1856, shared_inter=3712,
                 eps=1e-05)
 
@@ -550,16 +579,17 @@ def _nemotron_h(g: _Gen, layers: int) -> None:
     g.at(None)
     ids, pos = g.batch_inputs()
     g.metadata("slot_idx", "use_initial_states")
-    caches: dict[int, tuple] = {}
+    state_caches: dict[int, tuple[Node, Node]] = {}  # Mamba2 layers' (conv, ssm)
+    kv_caches: dict[int, Node] = {}  # attention layers'
     for i, kind in enumerate(kinds):
         g.at(i)
         if kind == "M":
-            k = g.next("cache")
+            slot = g.next("cache")
             conv_dim = c["m_heads"] * c["m_head_dim"] + 2 * c["n_groups"] * c["d_state"]
-            caches[i] = (g.ph(f"r{k}_conv_state_cache", BF16, 64, conv_dim, c["conv"] - 1),
-                         g.ph(f"r{k}_ssm_state_cache", BF16, 64, c["m_heads"], c["m_head_dim"], c["d_state"]))
+            state_caches[i] = (g.ph(f"r{slot}_conv_state_cache", BF16, 64, conv_dim, c["conv"] - 1),
+                               g.ph(f"r{slot}_ssm_state_cache", BF16, 64, c["m_heads"], c["m_head_dim"], c["d_state"]))
         elif kind == "*":
-            caches[i] = _kv_cache(g, i, c["kv_heads"], c["head_dim"])
+            kv_caches[i] = _kv_cache(g, i, c["kv_heads"], c["head_dim"])
     _prepare(g, "flashinfer", pos)
     residual = g.embed(ids, c["vocab"], H, "backbone.embeddings.weight")
     y = None
@@ -569,7 +599,7 @@ def _nemotron_h(g: _Gen, layers: int) -> None:
         h, residual = _add_norm(g, residual, y, f"{p}.norm.weight", H, eps, None)
         g.enter_layer(h)
         if kind == "M":
-            y = _mamba(g, i, h, caches[i], c, f"{p}.mixer")
+            y = _mamba(g, i, h, state_caches[i], c, f"{p}.mixer")
         elif kind == "E":
             y = _nemotron_moe(g, i, h, c, f"{p}.mixer")
         else:
@@ -577,13 +607,13 @@ def _nemotron_h(g: _Gen, layers: int) -> None:
             q = g.view(g.linear(h, f"{p}.mixer.q_proj.weight", nh * hd, H), nh, hd)
             k = g.view(g.linear(h, f"{p}.mixer.k_proj.weight", nkv * hd, H), nkv, hd)
             v = g.view(g.linear(h, f"{p}.mixer.v_proj.weight", nkv * hd, H), nkv, hd)
-            attn = _paged_attention(g, "flashinfer", q, k, v, caches[i], hd)
+            attn = _paged_attention(g, "flashinfer", q, k, v, kv_caches[i], hd)
             y = g.linear(g.view(attn, nh * hd), f"{p}.mixer.o_proj.weight", H, nh * hd)
     final = g.op(ADD, (residual, y), residual.type) if y is not None else residual
     g.head(final, "backbone.norm_f.weight", H, c["vocab"], eps)
 
 
-QWEN3_NEXT = dict(hidden=2048, vocab=151936, heads=16, kv_heads=2, head_dim=256, k_heads=16, v_heads=32,
+QWEN3_NEXT: dict[str, Any] = dict(hidden=2048, vocab=151936, heads=16, kv_heads=2, head_dim=256, k_heads=16, v_heads=32,
                   k_dim=128, v_dim=128, conv=4, experts=512, top_k=10, moe_inter=512, shared_inter=512, eps=1e-06)
 
 
@@ -637,16 +667,17 @@ def _qwen3_next(g: _Gen, layers: int) -> None:
     g.at(None)
     ids, pos = g.batch_inputs()
     g.metadata("slot_idx", "use_initial_states")
-    caches: dict[int, object] = {}
+    kv_caches: dict[int, Node] = {}  # full-attention layers'
+    state_caches: dict[int, tuple[Node, Node]] = {}  # delta-net layers' (conv, recurrent)
     for i in range(layers):
         if full[i]:
-            caches[i] = _kv_cache(g, i, c["kv_heads"], c["head_dim"])
+            kv_caches[i] = _kv_cache(g, i, c["kv_heads"], c["head_dim"])
         else:
             g.at(i)
             k = g.next("cache")
-            caches[i] = (g.ph(f"r{k}_conv_state_cache", BF16, 64, 2 * c["k_heads"] * c["k_dim"] + c["v_heads"] * c["v_dim"],
-                              c["conv"] - 1),
-                         g.ph(f"r{k}_recurrent_state_cache", F32, 64, c["v_heads"], c["k_dim"], c["v_dim"]))
+            state_caches[i] = (g.ph(f"r{k}_conv_state_cache", BF16, 64, 2 * c["k_heads"] * c["k_dim"] + c["v_heads"] * c["v_dim"],
+                                    c["conv"] - 1),
+                               g.ph(f"r{k}_recurrent_state_cache", F32, 64, c["v_heads"], c["k_dim"], c["v_dim"]))
     _prepare(g, "flashinfer", pos)
     residual, y = g.embed(ids, c["vocab"], H), None
     fused_norm = _mlir("qwen3_next:add_rmsnorm")
@@ -656,9 +687,9 @@ def _qwen3_next(g: _Gen, layers: int) -> None:
         h, residual = _add_norm(g, residual, y, f"{p}.input_layernorm.weight", H, eps, fused_norm)
         g.enter_layer(h)
         if full[i]:
-            o = _gated_attention(g, i, h, pos, caches[i], c, f"{p}.self_attn")
+            o = _gated_attention(g, i, h, pos, kv_caches[i], c, f"{p}.self_attn")
         else:
-            o = _gdn(g, i, h, caches[i], c, f"{p}.linear_attn")
+            o = _gdn(g, i, h, state_caches[i], c, f"{p}.linear_attn")
         h, residual = _add_norm(g, residual, o, f"{p}.post_attention_layernorm.weight", H, eps, fused_norm)
         routed = _topk_softmax_moe(g, i, h, c)
         x = routed.args[0]
@@ -666,6 +697,7 @@ def _qwen3_next(g: _Gen, layers: int) -> None:
         sgate = g.op(SIGMOID, (g.linear(x, f"{p}.mlp.shared_expert_gate.weight", 1, H),), g.flat(1))
         shared = g.op(MUL, (sgate, shared), shared.type)
         y = g.view(g.op(ADD, (routed, shared), routed.type), H)
+    assert y is not None  # layers >= 1
     g.head(y, "model.norm.weight", H, c["vocab"], eps, residual=residual, fused=fused_norm)
 
 
@@ -705,14 +737,14 @@ def fx_name(target: str) -> str:
     return sanitize(target.split(".", 1)[1])
 
 
-def partition_ids(graph: Graph) -> dict[Node, int]:
+def partition_ids(graph: Graph) -> dict[Value, int]:
     """AutoDeploy's piece of every op, in graph order: each dynamic op gets a partition of its own
     and the static ops between two dynamic ops share one. Ids count up by one at each boundary,
     so an empty static run leaves a gap (no ``submod_0`` when the graph starts with a dynamic op)."""
-    pid: dict[Node, int] = {}
+    pid: dict[Value, int] = {}  # keyed by value: readers look up whatever they read
     k = 0
     for node in graph.ops:
-        if is_dynamic(node.target):
+        if is_dynamic(_target(node)):
             pid[node] = k = k + 1
             k += 1
         else:
@@ -724,7 +756,7 @@ class _Piece:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self.inputs: dict[Value, Node] = {}  # value read from outside → its first reader here
-        self.outputs: dict[Node, None] = {}  # values read outside, in the order of first such use
+        self.outputs: dict[Value, None] = {}  # values read outside, in the order of first such use
 
 
 def split_sections(graph: Graph) -> list[Graph]:
@@ -754,6 +786,7 @@ def split_sections(graph: Graph) -> list[Graph]:
             if defined is not None:
                 pieces[defined].outputs.setdefault(value)
             if used is not None:
+                assert user is not None  # only a reader has a piece
                 pieces[used].inputs.setdefault(value, user)
 
     for node in graph.nodes:
@@ -782,6 +815,7 @@ def split_sections(graph: Graph) -> list[Graph]:
             for i, v in enumerate(piece.outputs):
                 env[v] = _copy(base, names, v, "getitem", (call, i), GETITEM, UNKNOWN)
     out = graph.output
+    assert out is not None  # a generated graph ends with its output
     base.append(Node(OUTPUT, names.create_name("output"), args=map_values(out.args, env.__getitem__)))
     return [base, *subs]
 
@@ -794,7 +828,7 @@ def _piece_graph(name: str, piece: _Piece) -> Graph:
         if isinstance(v, Weight):
             ph.meta["true_layer"] = reader.meta.get("true_layer")
     for node in piece.nodes:
-        env[node] = _copy(sub, names, node, fx_name(node.target), map_values(node.args, env.__getitem__), node.target)
+        env[node] = _copy(sub, names, node, fx_name(_target(node)), map_values(node.args, env.__getitem__), node.target)
     outs = tuple(env[v] for v in piece.outputs)
     sub.append(Node(OUTPUT, names.create_name("output"), args=(outs[0] if len(outs) == 1 else outs,)))
     return sub
@@ -880,8 +914,8 @@ def _randomize(graph: Graph, rng: random.Random, shuffle: bool) -> Graph:
     names = {n: n.name for n in order}
     groups: dict[str, list[Node]] = {}
     for n in order:
-        if n.kind == OP and target_base(n.target) in GENERIC and n.name.startswith(target_base(n.target)):
-            groups.setdefault(target_base(n.target), []).append(n)
+        if n.kind == OP and target_base(_target(n)) in GENERIC and n.name.startswith(target_base(_target(n))):
+            groups.setdefault(target_base(_target(n)), []).append(n)
     for nodes in groups.values():
         shuffled = [names[n] for n in nodes]
         rng.shuffle(shuffled)

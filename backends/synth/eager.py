@@ -36,11 +36,17 @@ from typing import Any
 
 from layerc.ir.constants import DType
 from layerc.ir.graph import Node
-from layerc.ir.types import OpaqueType, TensorType
+from layerc.ir.types import Dim, OpaqueType, TensorType, Type
 
 BF16, F32, I64, BOOL = "torch.bfloat16", "torch.float32", "torch.int64", "torch.bool"
 HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, EXPERTS = 64, 4, 16, 128, 256, 4
 NONE = OpaqueType("NoneType")
+
+
+def _shape(t: Type) -> tuple[Dim, ...]:
+    """A generated value's shape: its type is always a tensor's, printed with a shape."""
+    assert isinstance(t, TensorType) and t.shape is not None
+    return t.shape
 
 CHOICES: dict[str, tuple] = {
     "norm": ("rms_cast", "rms", "gemma_rms", "layer_norm", "bare"),
@@ -118,7 +124,7 @@ def build(g, layers: int, variant: int = 0) -> None:
         positions = g.op("aten.arange.default", (S,), TensorType((S,), I64))
         wpe = g.op("aten.embedding.default", (g.w("model.embed_positions.weight", BF16, 64, HIDDEN), positions), act)
         h = g.op("aten.dropout.default", (g.op("aten.add.Tensor", (h, wpe), act), 0.0, False), act)
-    masks = {kind: _mask(g, kind, S) for kind in ("full", "sliding") if kind in kinds}
+    masks: dict[str, Node] = {kind: _mask(g, kind, S) for kind in ("full", "sliding") if kind in kinds}
     rope = list(_rotary(g, S)) if f["rope"] and any(k != "ssm" for k in kinds) else None
     side, states, embedded = None, [], h
     for loop in range(f["loops"]):
@@ -172,7 +178,7 @@ def _norm(g, kind: str, x: Node, prefix: str, act: TensorType) -> Node:
     wide = TensorType(act.shape, F32)
     if kind in ("rms_cast", "gemma_rms", "bare"):
         x = g.op("aten.to.dtype", (x, DType("float32")), wide)
-    var = g.op("aten.mean.dim", (g.op("aten.pow.Tensor_Scalar", (x, 2), wide), [-1], True), TensorType(act.shape[:-1] + (1,), F32))
+    var = g.op("aten.mean.dim", (g.op("aten.pow.Tensor_Scalar", (x, 2), wide), [-1], True), TensorType(_shape(act)[:-1] + (1,), F32))
     scale = g.op("aten.rsqrt.default", (g.op("aten.add.Tensor", (var, 1e-6), var.type),), var.type)
     y = g.op("aten.mul.Tensor", (x, scale), wide)
     if kind == "bare":  # no weight: cast back, as nanochat's F.rms_norm does
@@ -186,7 +192,7 @@ def _norm(g, kind: str, x: Node, prefix: str, act: TensorType) -> Node:
 
 
 def _linear(g, x: Node, fqn: str, out_f: int, in_f: int) -> Node:
-    return g.op("aten.linear.default", (x, g.w(fqn, BF16, out_f, in_f)), TensorType(x.type.shape[:-1] + (out_f,), BF16))
+    return g.op("aten.linear.default", (x, g.w(fqn, BF16, out_f, in_f)), TensorType(_shape(x.type)[:-1] + (out_f,), BF16))
 
 
 def _layer(g, f: dict, i: int, kind: str, h: Node, mask: Node | None, rope, side: Node | None, act: TensorType):
@@ -212,7 +218,7 @@ def _layer(g, f: dict, i: int, kind: str, h: Node, mask: Node | None, rope, side
         out = g.op("aten.mul.Tensor", (out, 0.5), act)
     h = g.op("aten.add.Tensor", (h, out), act)
     if f["reshape"] == "layer":
-        h = g.op("aten.view.default", (h, list(act.shape)), act)
+        h = g.op("aten.view.default", (h, list(_shape(act))), act)
     if f["post_norm"]:
         h = _norm(g, f["norm"], h, f"{p}.output_layernorm", act)
     if f["closing_scale"] == "weight":  # Gemma-4's per-layer scalar, after the residual add
@@ -221,7 +227,7 @@ def _layer(g, f: dict, i: int, kind: str, h: Node, mask: Node | None, rope, side
 
 
 def _attention(g, x: Node, p: str, mask: Node | None, rope: list | None, chained: bool = False) -> Node:
-    B, S = x.type.shape[:2]
+    B, S = _shape(x.type)[:2]
     heads = TensorType((B, HEADS, S, HEAD_DIM), BF16)
 
     def project(name: str) -> Node:
@@ -264,13 +270,13 @@ def _mlp(g, x: Node, p: str) -> Node:
 
 def _moe(g, x: Node, p: str) -> Node:
     """Router, top-2 of the experts, each expert's MLP, then the weight-less tail."""
-    B, S = x.type.shape[:2]
+    B, S = _shape(x.type)[:2]
     logits = _linear(g, x, f"{p}.mlp.gate.weight", EXPERTS, HIDDEN)
-    probs = g.op("aten.softmax.int", (logits, -1), TensorType(logits.type.shape, F32))
+    probs = g.op("aten.softmax.int", (logits, -1), TensorType(_shape(logits.type), F32))
     top = TensorType((B, S, 2), F32)
     weights, index = g.gi(g.op("aten.topk.default", (probs, 2), g.tup(top, TensorType((B, S, 2), I64))))
     weights = g.op("aten.to.dtype", (weights, DType("bfloat16")), TensorType((B, S, 2), BF16))
-    total = None
+    total: Node | None = None
     for e in range(2):
         y = _mlp(g, x, f"{p}.mlp.experts.{e}")
         share = g.op("aten.select.int", (weights, -1, e), TensorType((B, S), BF16))
@@ -278,4 +284,5 @@ def _moe(g, x: Node, p: str) -> Node:
         scaled = g.op("aten.mul.Tensor", (y, g.op("aten.unsqueeze.default", (g.op("aten.mul.Tensor", (share, picked), share.type), -1),
                                                   TensorType((B, S, 1), BF16))), x.type)
         total = scaled if total is None else g.op("aten.add.Tensor", (total, scaled), x.type)
+    assert total is not None  # two experts
     return total

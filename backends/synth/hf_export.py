@@ -34,7 +34,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from layerc.backends.outputs import atomic_open, atomic_path, write_atomic
 from layerc.ir.diagnostics import LayercError
@@ -685,7 +685,7 @@ def _shape_dtype(val) -> str:
     return f"{_shape_str(val)} : {_dtype_or_type(val)}"
 
 
-def write_ssa(f: TextIO, gm) -> None:
+def write_ssa(f: IO[str], gm) -> None:
     """One graph's body, node by node, in AutoDeploy's SSA dump style."""
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -725,7 +725,7 @@ def write_ssa(f: TextIO, gm) -> None:
         # get_attr nodes are not written
 
 
-def write_dump(f: TextIO, mod, transform: str = TRANSFORM_NAME, stage: str = STAGE) -> int:
+def write_dump(f: IO[str], mod, transform: str = TRANSFORM_NAME, stage: str = STAGE) -> int:
     """The whole dump file for ``mod``; returns the number of GraphModules written."""
     from torch.fx import GraphModule
 

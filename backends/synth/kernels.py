@@ -155,7 +155,7 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
     run_passes([SelectGraph(), SliceLayers()], module)
     graph = module.graphs[0]
     rng = random.Random(seed)
-    w = KinetoWriter("deepseek_v3", "cuda", 1, seed, False)  # the model only names layer spans, which replays lack
+    w = KinetoWriter("deepseek_v3", "cuda", 1, seed, "layers")  # the model only names layer spans, which replays lack
     rows = []
     for r in range(replays):
         kernels = kernels_of_graph(graph, seed, noise=noise)
@@ -178,6 +178,7 @@ def generate(dump: str | Path, path: str | Path, *, seed: int = 0, replays: int 
             w.events.append(w.kernel_event(kern["name"], start, dur, stream, corr, None, [132, 1, 1], [256, 1, 1]))
             rows.append({"start": start, "stream": stream, "replay": r, "nodes": kern["nodes"], "layer": kern["layer"],
                          "op": kern["op"], "name": kern["name"]})
+        assert first is not None, "a replay without kernels"
         w.flow(corr, w.cpu + w.ns(8), first, w.main_stream)
         end = max(w.gpu, w.aux)
         w.gpu = w.aux = end

@@ -52,6 +52,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import orjson
@@ -83,6 +84,13 @@ class Model:
     tree: Tree
     vision: int = 0  #: layers of a vision tower run before the text stack in prefill passes (two stacks)
     vision_tree: Tree | None = None
+
+    def stack_tree(self, stack: int) -> Tree:
+        """The module tree of stack 0 (the text stack) or 1 (the vision tower)."""
+        if stack != 1:
+            return self.tree
+        assert self.vision_tree is not None, "a vision op in a model without a vision tower"
+        return self.vision_tree
 
 
 def _hf(cls: str, norm: str = "RMSNorm") -> Tree:
@@ -288,7 +296,7 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
     ar = ["allreduce"] if tp > 1 else []
     decode = stage == "decode"
     if model == "deepseek_v3":
-        moe = i >= DENSE_LAYERS
+        moe_layer = i >= DENSE_LAYERS
         if vendor == "rocm":
             first = "rms_fp8"
             attn = ["gemm_fp8", "rms_fp8", "rms_fp8", "gemm_fp8"]  # fused_qkv_a, q_a / kv_a norms (+ fp8 quant), q_b
@@ -300,7 +308,7 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
         attn += (["gemm_fp8"] if vendor == "rocm" else ["quant", "gemm_fp8"]) + ar
         post = "rms_fp8" if vendor == "rocm" else "add_norm"
         q = [] if vendor == "rocm" else ["quant"]
-        if moe:
+        if moe_layer:
             ffn = ["router", "topk_grouped"]
             shared = q + ["gemm_fp8", "act"] + q + ["gemm_fp8"]
             routed = (["moe_align", "moe_gemm", "moe_gemm"] if vendor == "rocm"
@@ -495,7 +503,7 @@ class KinetoWriter:
 
     def kernel_event(self, name: str, start: int, dur: int, stream: int, corr: int, ext: int | None,
                      grid: list[int], block: list[int]) -> dict:
-        args = {"External id": ext} if ext is not None else {}
+        args: dict[str, object] = {"External id": ext} if ext is not None else {}
         args.update({"device": self.device, "stream": stream, "correlation": corr})
         if self.vendor == "cuda":
             args.update({"registers per thread": 128 if grid[0] > 64 else 64, "shared memory": 0, "grid": grid, "block": block})
@@ -598,7 +606,7 @@ class KinetoWriter:
         self.cpu += self.ns(rng.uniform(2, 6))
         return start, stream, corr, ext, span
 
-    def module_spans(self, ops: list[Op], cpu_span: list[tuple[int, int] | None]) -> None:
+    def module_spans(self, ops: list[Op], cpu_span: Sequence[tuple[int, int] | None]) -> None:
         """``nn.Module`` spans around the eager ops: only the decoder layers (``modules="layers"``),
         or the whole tree (the model, its layers, their attention and MLP blocks, norms and
         linears) for ``"tree"``. A graph replay runs without Python, so it has none."""
@@ -610,7 +618,7 @@ class KinetoWriter:
         for j, (op, when) in enumerate(zip(ops, cpu_span)):
             if when is None or op.layer is None:
                 continue
-            tree = model.vision_tree if op.stack == 1 else model.tree
+            tree = model.stack_tree(op.stack)
             cls = tree.layer if self.modules == "tree" else (f"{model.cls}DecoderLayer" if op.stack == 0 else tree.layer)
             groups.setdefault((cls, op.layer), []).append(j)
             if self.modules == "tree":
@@ -623,17 +631,18 @@ class KinetoWriter:
                     groups[(leaf, n + 1000 * op.stack)] = [j]
         if self.modules == "tree":  # the stacks' parents, and the whole model
             for stack in (0, 1):
-                tree = model.vision_tree if stack == 1 else model.tree
                 inside = [j for j, op in enumerate(ops) if cpu_span[j] and op.layer is not None and op.stack == stack]
-                if inside and tree.model:
-                    groups[(tree.model, 0)] = inside
+                if inside and (parent := model.stack_tree(stack).model):
+                    groups[(parent, 0)] = inside
             eager = [j for j in range(len(ops)) if cpu_span[j]]
             groups[(model.tree.top, 0)] = eager
         trees = [t for t in (model.tree, model.vision_tree) if t is not None]
         depth = {c: d for t in trees for d, c in enumerate((t.top, t.model, t.layer, t.attention, t.linear)) if c}
         depth.update({t.mlp: 3 for t in trees} | {t.norm: 4 for t in trees} | {f"{model.cls}DecoderLayer": 2})
         for (cls, n), js in groups.items():
-            t0, t1 = cpu_span[js[0]][0], cpu_span[js[-1]][1]
+            first, last = cpu_span[js[0]], cpu_span[js[-1]]
+            assert first is not None and last is not None  # only eager ops are grouped
+            t0, t1 = first[0], last[1]
             pad = 500 - 100 * depth[cls]  # an enclosing module's span starts before and ends after its children's
             self.python_id += 1
             self.events.append({"ph": "X", "cat": "python_function", "name": f"nn.Module: {cls}_{n}",
@@ -670,7 +679,7 @@ class KinetoWriter:
             api, id_key, cid = "hipLaunchKernel", "cid", 200
             if name.startswith(("Cijk_", "_ZN5aiter")) or name in _TRITON:
                 api, cid = "hipExtModuleLaunchKernel", 202
-        args = {"External id": ext, id_key: cid, "correlation": corr}
+        args: dict[str, object] = {"External id": ext, id_key: cid, "correlation": corr}
         if self.vendor == "rocm":
             args["kernel"] = name
         return {"ph": "X", "cat": cat, "name": api, "pid": self.pid, "tid": self.pid, "ts": ts / 1000, "dur": dur / 1000, "args": args}
@@ -770,7 +779,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         "modules": modules, "graphs": graphs, "fused_allreduce": fused_allreduce and tp > 1, "kineto": kineto,
         "layer_class": f"{m.cls}DecoderLayer" if modules == "layers" else m.tree.layer,
         # each stack's layer class and its layers in a pass that runs it (the vision tower: prefill only)
-        "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.vision_tree.layer, "layers": m.vision}] if m.vision else []),
+        "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.stack_tree(1).layer, "layers": m.vision}] if m.vision else []),
         "totals": {
             "kernels": len(kernels), "passes": len(passes), "prefill_passes": prefill, "decode_passes": decode,
             "layers_per_pass": depth, "layers": sum(p["layers"] for p in passes),

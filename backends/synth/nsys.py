@@ -64,7 +64,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from layerc.backends.outputs import atomic_path, companion, output_dir, write_atomic
 
@@ -334,7 +334,7 @@ def _enum_cols() -> list[Col]:
 def table_columns(table: str, schema: str) -> list[Col]:
     """The columns ``table`` has in an export of ``schema`` (as far as this generator writes it)."""
     meta_name = "Name of export meta-data record" if schema == "2.9.1" else "Name of meta-data record"
-    specs = {
+    specs: dict[str, Callable[[str], list[Col]]] = {
         "StringIds": lambda s: [("id", "INTEGER", True, "PRIMARY KEY", "ID reference value."),
                                 ("value", "TEXT", True, None, "String value.")],
         "CUPTI_ACTIVITY_KIND_KERNEL": _kernel_cols,
@@ -1048,11 +1048,11 @@ class _Sim:
         self.has_graph_trace = self.v >= (3, 13)
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _api(self, p: Proc, name: str, dur: int, cls: int | None = None, corr: bool = True) -> tuple[int, int, int]:
+    def _api(self, p: Proc, name: str, dur: int, cls: int | None = None) -> tuple[int, int, int]:
         """One RUNTIME row at the host clock; returns (start, end, correlationId)."""
         if cls is None:
             cls = EC_DRIVER if name.startswith("cu") and not name.startswith("cuda") else EC_RUNTIME
-        c = p.next_corr() if corr else None
+        c = p.next_corr()
         s = p.h
         e = s + dur
         self.w.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append((s, e, cls, p.gtid, c, self.w.sid(name), 0, None))
@@ -1078,7 +1078,7 @@ class _Sim:
         k = self.cat[nd.key]
         lmt = _GPUS[self.gpu][10]
         smexec = 233472 if k.dsmem > 100000 else (135168 if k.dsmem > 32768 else 32768)
-        vals = [p.dev, p.ctx]
+        vals: list[int | str | None] = [p.dev, p.ctx]
         if self.v >= (3, 13):
             vals.append(0)
         vals += [p.streams[nd.stream], p.gpid, self.w.sid(k.demangled), self.w.sid(k.short),
@@ -1399,8 +1399,8 @@ class _Sim:
         # -- truth ---------------------------------------------------------------------------------
         eager_rows = len(w.rows["CUPTI_ACTIVITY_KIND_KERNEL"])
         executed = eager_rows + sum(per_replay_kernels[gi] for _, _, _, gi, _, _ in replay_info)
-        per_graph_total = Counter()
-        per_graph_replays = Counter()
+        per_graph_total: Counter[int] = Counter()
+        per_graph_replays: Counter[int] = Counter()
         for _, _, _, gi, _, _ in replay_info:
             per_graph_total[graphs[gi].graph_id] += per_replay_kernels[gi]
             per_graph_replays[graphs[gi].graph_id] += 1

@@ -185,6 +185,16 @@ def _channel_node_label(ch: Channel, k: KernelSpec, tmem: bool) -> str:
     return label
 
 
+def _shown(a: SmemAlloc | TmemAlloc) -> bool:
+    """Whether a liveness graph shows ``a``: a TMEM alloc with an interval, an SMEM buffer not [0-0)."""
+    return a.has_interval if isinstance(a, TmemAlloc) else not (a.start == 0 and a.end == 0)
+
+
+def _alloc_channels(a: SmemAlloc | TmemAlloc, by_alloc: dict[int, list[Channel]]) -> list[Channel]:
+    """The channels a liveness graph lists under ``a``: none under an SMEM buffer without an owner."""
+    return by_alloc.get(id(a), []) if (isinstance(a, TmemAlloc) or a.has_owner) else []
+
+
 def _liveness_graph(k: KernelSpec, tmem: bool) -> str:
     """The skeleton both liveness dumps share (they differ in names, labels and the summary)."""
     kind, title = ("TMEM", "Tmem") if tmem else ("SMEM", "Smem")
@@ -195,7 +205,7 @@ def _liveness_graph(k: KernelSpec, tmem: bool) -> str:
     if not allocs:
         return "".join(w + [f'  empty [label="No {kind} allocations"];\n', "}\n", end])
     by_alloc = _channels_of(k, kind)
-    shown = [a for a in allocs if (a.has_interval if tmem else not (a.start == 0 and a.end == 0))]
+    shown = [a for a in allocs if _shown(a)]
     if not shown:
         return "".join(w + ['  empty [label="No liveness intervals"];\n', "}\n", end])
     lo, hi = min(a.start for a in shown), max(a.end for a in shown)
@@ -206,8 +216,8 @@ def _liveness_graph(k: KernelSpec, tmem: bool) -> str:
     for idx, a in enumerate(shown):
         node = f"{prefix}_{idx}"
         name = _buffer_name(a, idx)
-        chans = by_alloc.get(id(a), []) if (tmem or a.has_owner) else []
-        if tmem:
+        chans = _alloc_channels(a, by_alloc)
+        if isinstance(a, TmemAlloc):
             n_d = sum(ch.operand_d for ch in chans)
             label = name + (f" {a.rows}x{a.cols}" if a.has_size else "") + f" [{a.start}-{a.end})"
             label += f" [{n_d} OperandD]" if n_d > 0 else ""
@@ -243,8 +253,8 @@ def _liveness_graph(k: KernelSpec, tmem: bool) -> str:
         w.append("        <TR><TD><B>Name</B></TD><TD><B>BufferID</B></TD><TD><B>"
                  "Size</B></TD><TD><B>Channels</B></TD><TD><B>Liveness</B></TD></TR>\n")
     for idx, a in enumerate(shown):
-        chans = by_alloc.get(id(a), []) if (tmem or a.has_owner) else []
-        if tmem:
+        chans = _alloc_channels(a, by_alloc)
+        if isinstance(a, TmemAlloc):
             size = f"{a.rows}x{a.cols}" if a.has_size else "-"
             w.append(f"        <TR><TD>{a.loc or 'alloc'}</TD><TD>{size}</TD><TD>{len(chans)}</TD><TD>[{a.start}-{a.end})"
                      f"</TD><TD>{sum(ch.operand_d for ch in chans)}</TD></TR>\n")
@@ -425,17 +435,19 @@ def expected(k: KernelSpec) -> dict:
         if graph not in kinds:
             continue
         allocs = k.tmem if tmem else k.smem
-        shown = [a for a in allocs if (a.has_interval if tmem else not (a.start == 0 and a.end == 0))]
+        shown = [a for a in allocs if _shown(a)]
         by_alloc = _channels_of(k, "TMEM" if tmem else "SMEM")
         for idx, a in enumerate(shown):
-            chans = by_alloc.get(id(a), []) if (tmem or a.has_owner) else []
+            chans = _alloc_channels(a, by_alloc)
             n_d = sum(ch.operand_d for ch in chans) if tmem else 0
             name = _buffer_name(a, idx)
-            size = (a.rows, a.cols) if tmem and a.has_size else (-1, -1)
-            out["buffers"].append(("TMEM" if tmem else "SMEM", idx, name, -1 if tmem else a.buffer_id,
-                                   -1 if tmem else a.size, *size, a.start, a.end, n_d))
-            out["summary"].append(("TMEM" if tmem else "SMEM", (a.loc or "alloc") if tmem else name, -1 if tmem else a.buffer_id,
-                                   -1 if tmem else a.size, *size, len(chans), a.start, a.end, n_d if tmem else -1))
+            if isinstance(a, TmemAlloc):  # -1: what the dump does not show
+                size, buffer_id, nbytes = ((a.rows, a.cols) if a.has_size else (-1, -1)), -1, -1
+            else:
+                size, buffer_id, nbytes = (-1, -1), a.buffer_id, a.size
+            out["buffers"].append(("TMEM" if tmem else "SMEM", idx, name, buffer_id, nbytes, *size, a.start, a.end, n_d))
+            out["summary"].append(("TMEM" if tmem else "SMEM", (a.loc or "alloc") if tmem else name, buffer_id, nbytes,
+                                   *size, len(chans), a.start, a.end, n_d if tmem else -1))
             for ch in chans:
                 s = _op_id(ch.src, k) if ch.src is not None and ch.dst is not None else -1
                 d = _op_id(ch.dst, k) if ch.src is not None and ch.dst is not None else -1
@@ -460,8 +472,8 @@ def expected(k: KernelSpec) -> dict:
                 n = number(op)
                 members.setdefault(n, []).append(p)
                 if n not in seen:
-                    name = (simplify_name(op.loc) if op.loc else "?") if assigns(op) else None
-                    seen[n] = (n, _op_id(op, k), name, op.name, tuple(simplify_name(a) if a else "?" for a in op.operands),
+                    out_name = (simplify_name(op.loc) if op.loc else "?") if assigns(op) else None
+                    seen[n] = (n, _op_id(op, k), out_name, op.name, tuple(simplify_name(a) if a else "?" for a in op.operands),
                                op.shape or None, op.depth, border_color(op, k))
         out["key_ops"] = [seen[n] + (tuple(members[n]),) for n in sorted(seen)]
     out["partitions"].sort()
@@ -507,7 +519,8 @@ class _Builder:
         return ch
 
     def finish(self, tmem_order: str = "planner") -> KernelSpec:
-        for alloc in self.k.smem + self.k.tmem:
+        allocs: list[SmemAlloc | TmemAlloc] = [*self.k.smem, *self.k.tmem]
+        for alloc in allocs:
             ends = [op.op_id for ch in self.k.channels if ch.alloc is alloc for op in (ch.src, ch.dst, *ch.users) if op is not None]
             if ends and not alloc.fixed:
                 alloc.start, alloc.end = min(ends), max(ends) + 1
@@ -519,7 +532,7 @@ class _Builder:
 def planner_tmem_order(k: KernelSpec) -> list[TmemAlloc]:
     """``collectTMemAllocsAndLiveness``'s sort: allocs with a channel first, OperandD first, then
     by size (more columns, more rows, more cells) and earlier start."""
-    first_channel = {}
+    first_channel: dict[int, Channel] = {}
     for ch in k.channels:
         if ch.kind == "TMEM" and ch.alloc is not None:
             first_channel.setdefault(id(ch.alloc), ch)
@@ -682,10 +695,12 @@ def random_kernel(rng: random.Random, name: str = "kernel", *, algo: int | None 
             t.start, t.end = sorted(rng.sample(range(b.next_id + 2), 2))
             t.fixed = True
         b.k.tmem.append(t)
-    for alloc in rng.sample(b.k.smem + b.k.tmem, len(b.k.smem) + len(b.k.tmem)):
+    allocs: list[SmemAlloc | TmemAlloc] = [*b.k.smem, *b.k.tmem]
+    for alloc in rng.sample(allocs, len(allocs)):
         tmem = isinstance(alloc, TmemAlloc)
         for _ in range(rng.choice((0, 1, 1, 1, 2, 3))):
-            src, dst = rng.choice(ops), rng.choice(ops)
+            src: Op | None = rng.choice(ops)
+            dst = rng.choice(ops)
             if rng.random() < 0.05:
                 src = None
             consumers = tuple(sorted(rng.sample(parts, rng.randint(1, min(2, len(parts))))))

@@ -13,7 +13,6 @@ import re
 import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
-from pathlib import Path
 
 import pydot
 import pytest

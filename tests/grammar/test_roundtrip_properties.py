@@ -3,7 +3,6 @@ as a located layerc error, never as anything else."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

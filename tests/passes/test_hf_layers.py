@@ -14,7 +14,6 @@ pytest.importorskip("transformers")
 from layerc.grammar.dumps import load  # noqa: E402
 from layerc.ir.graph import OP  # noqa: E402
 from layerc.passes.pipeline import run_passes
-from layerc.passes.base import Context  # noqa: E402
 from layerc.passes.slicing import SliceLayers  # noqa: E402
 from layerc.backends.synth import hf_export as export_hf  # noqa: E402
 from layerc.backends.fidelity import agreement  # noqa: E402

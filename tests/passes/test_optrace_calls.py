@@ -7,7 +7,6 @@ by a decorator (``@register_fused_func("name")``) or a dict literal indexed by t
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -27,7 +27,6 @@ from tests.conftest import TESTS
 from layerc.grammar.pysource import MAX_NESTING, SourceSet
 from layerc.passes.pipeline import run_passes
 from layerc.passes import optrace, pyresolve
-from layerc.passes.base import Context
 from layerc.passes.optrace_passes import CrossValidateKernels, OpTraceModule, TraceOps
 from tests import capped
 

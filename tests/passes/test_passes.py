@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import pytest

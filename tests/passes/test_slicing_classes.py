@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from layerc.grammar.dumps import load
 from layerc.ir.graph import OP
 from layerc.passes.pipeline import run_passes
-from layerc.passes.base import Context
 from layerc.passes.slicing import SliceLayers
 from layerc.backends.synth import dump as gen_dump, eager as gen_eager
 from tests.layerc_cli import run_layerc

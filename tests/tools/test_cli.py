@@ -7,7 +7,6 @@ import hashlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 DUMP = DATA / "084_compile_compile_model.txt"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, SHARED, TESTS
+from tests.conftest import SHARED, TESTS
 from tests.layerc_cli import run_layerc
 
 GOLDEN = TESTS / "golden" / "commands"

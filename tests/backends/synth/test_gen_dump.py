@@ -19,7 +19,6 @@ from layerc.ir.builder import GETITEM, GraphBuilder, Namespace, sanitize, target
 from layerc.ir.graph import OP, OUTPUT, PLACEHOLDER, Weight, is_structurally_equivalent
 from layerc.ir.types import TensorType, TupleType
 from layerc.passes.pipeline import run_passes
-from layerc.passes.base import Context
 from layerc.passes.slicing import SliceLayers
 from layerc.backends.synth import dump as gen_dump
 from layerc.tools import gen_dump as gen_dump_cli

@@ -11,7 +11,6 @@ import pytest
 
 from layerc.grammar.kineto import read_kineto
 from layerc.passes.kernel_tables import TYPES, kernel_table
-from layerc.backends.synth import kineto as gen_trace
 from layerc.tools import gen_trace as gen_trace_cli
 from layerc.backends.synth.kineto import MODELS, generate, truth_path
 
