@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from layerc.ir.diagnostics import LayercError, VerifyError
+from layerc.ir.diagnostics import Diagnostic, LayercError, VerifyError
 from layerc.ir.trace import Trace
 from layerc.passes.base import Analysis, Context, ModulePass
 from layerc.passes.registry import get_all_passes
@@ -47,6 +47,10 @@ class TraceModule:
         for name, column in columns.items():
             if column is not None and len(column) != n:
                 raise VerifyError(f"{name} has {len(column)} rows for {n} kernels")
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """What the reader said of the trace (a CUDA graph traced as a whole, rows left out)."""
+        return [Diagnostic("warning", w, self.trace.source) for w in self.trace.warnings]
 
     def need_classification(self, pass_name: str) -> Classification:
         if self.classification is None:
@@ -101,6 +105,8 @@ class DetectLayers(ModulePass["TraceModule"]):
             module.layers = ctx.analyses.get_analysis(TRACE_LAYERS, module.trace, strategy=self.strategy, cls=cls, merge=self.merge)
         except ValueError as e:
             raise LayercError(str(e), module.trace.source) from None
+        for warning in module.layers.warnings:  # "no layer structure found", low confidence: said, not hidden
+            ctx.warn(warning, module.trace.source)
         module.table = module.stage = None
 
 

@@ -266,3 +266,18 @@ def test_a_binary_output_streams_into_a_fifo(tmp_path):
     rc = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "opt", str(TRACE), "--emit", "pftrace", "-o", str(tmp_path / "f.pftrace")],
                         capture_output=True, timeout=120)
     assert got[0] == (tmp_path / "f.pftrace").read_bytes()
+
+
+def test_opt_says_what_the_reader_and_the_layer_search_warn(tmp_path):
+    """A trace's warnings reach opt's diagnostics as they reach `layerc trace`'s: the reader's (a
+    CUDA graph traced as a whole) and the layer search's ("no layer structure found")."""
+    single = SHARED / "data" / "traces" / "torch" / "hta_triton_a100.json.gz"
+    rc, _, err = run_layerc("opt", single, "--emit", "csv")
+    assert rc == 0 and "warning: no layer structure found" in err
+    rc, _, err = run_layerc("opt", single, "--emit", "csv", "--werror")
+    assert rc == 1 and "error: no layer structure found" in err
+    graphs = tmp_path / "graphs.sqlite"
+    rc, _, err = run_layerc("gen-nsys", "--mode", "graph", graphs)
+    assert rc == 0, err
+    rc, _, err = run_layerc("opt", graphs, "-p", "classify-kernels")
+    assert rc == 0 and "warning: this export was captured with CUDA graphs traced as a whole" in err
