@@ -267,6 +267,26 @@ def is_stream(path: str | os.PathLike) -> bool:
     return os.fspath(path) == "-" or resolve(path).how == "copy"
 
 
+def is_terminal(path: str | os.PathLike) -> bool:
+    """Whether writing ``path`` goes to a terminal (``-`` on one, or a tty device). Only a
+    character device is opened to ask: a FIFO opened and closed would end its reader's input."""
+    target = resolve(path)
+    if target.fd is not None:
+        return os.isatty(target.fd)
+    if target.how != "copy":
+        return False
+    try:
+        if not stat.S_ISCHR(os.stat(target.path).st_mode):
+            return False
+        fd = os.open(target.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
+
+
 def companion(path: str | os.PathLike, name: str) -> Path | None:
     """The file ``name`` beside the output ``path`` (a generated trace's ground truth), or None
     where ``path`` is a stream, which has no "beside"."""

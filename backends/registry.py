@@ -56,39 +56,13 @@ class Emitter:
         """The output into ``path`` (``-``: stdout; a device or FIFO is written in place),
         atomically; bytes are refused on a terminal. Returns a stream emitter's figures, or the
         bytes written."""
-        from layerc.backends.outputs import write_atomic
+        from layerc.backends.outputs import is_terminal, write_atomic
 
-        if self.output != "text" and _is_terminal(path):
+        if self.output != "text" and is_terminal(path):
             raise LayercError(f"refusing to write {self.ir} {self.format} (binary) to a terminal: name a file with -o")
         if self.output == "stream":
             return self.function()(module, path, **options)
         return write_atomic(path, self.function()(module, **options))
-
-
-def _is_terminal(path: str | os.PathLike[str]) -> bool:
-    from layerc.backends.outputs import resolve
-
-    target = resolve(path)
-    if target.fd is not None:
-        return os.isatty(target.fd)
-    return target.how == "copy" and os.path.exists(target.path) and _tty(target.path)
-
-
-def _tty(path: str) -> bool:
-    """Whether the device ``path`` is a terminal (only a character device is opened to ask: a
-    FIFO opened and closed would end its reader's input)."""
-    import stat
-
-    try:
-        if not stat.S_ISCHR(os.stat(path).st_mode):
-            return False
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError:
-        return False
-    try:
-        return os.isatty(fd)
-    finally:
-        os.close(fd)
 
 
 #: every emitter; the first listed for an IR is its default

@@ -123,15 +123,14 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
 
 def _layer_rows(a: Analysis) -> list[dict]:
     """One entry per selected layer, built from whole columns (``tolist`` once per column)."""
-    from layerc.passes.layer_facts import stage_name
+    from layerc.passes.layer_facts import stage_names
 
     t, rows = a.table, np.nonzero(a.rows)[0]
     q = t.pass_index[rows]
     partial = np.asarray(a.layers.partial, bool)[q] if len(a.layers.partial) else np.zeros(len(rows), bool)
     stack = a.layers.stack[t.first[rows]] if a.layers.stack is not None else np.zeros(len(rows), np.int64)
-    names = ("unknown", *(stage_name(c) for c in range(2)))
     columns = (q.tolist(), partial.tolist(), t.index[rows].tolist(), stack.tolist(), [t.type[r] for r in rows.tolist()],
-               [names[c + 1] for c in t.stage[rows].tolist()], t.kernel_count[rows].tolist(), t.duration[rows].tolist(),
+               stage_names(t.stage[rows]), t.kernel_count[rows].tolist(), t.duration[rows].tolist(),
                t.start[rows].tolist(), t.end[rows].tolist(), _shorts(a, t.first[rows]), _shorts(a, t.last[rows]))
     keys = ("pass", "partial", "index", "stack", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns",
             "first_kernel", "last_kernel")
@@ -238,9 +237,9 @@ def write_module_chrome_json(module, path: str, stage: str = "all") -> dict:
     return write_perfetto(Analysis.of(module, stage), path, "json")
 
 
-def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
+def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
     """Passes, graph replays and layers as parent spans above the kernels (layers carry type and
-    stage); ``fmt``: pftrace or json (default: from the extension). Returns the writer's stats."""
+    stage); ``fmt``: pftrace (protobuf) or json (Chrome JSON). Returns the writer's stats."""
     from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
     from layerc.passes.layer_facts import stage_name
     from layerc.passes.replays import graph_replays
@@ -261,8 +260,7 @@ def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
         spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
                           {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
                            "kernels": int(t.kernel_count[r]), "pass": int(t.pass_index[r])}))
-    json_out = fmt == "json" if fmt else path.endswith((".json", ".json.gz"))
-    write = write_chrome_json if json_out else write_pftrace
+    write = write_chrome_json if fmt == "json" else write_pftrace
     stats = write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1)) or {}
     return {**stats, "spans": len(spans)}
 
@@ -270,7 +268,7 @@ def write_perfetto(a: Analysis, path: str, fmt: str | None = None) -> dict:
 def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
     """The terminal report (rich tables), on ``con`` (default: a console on stdout)."""
     from layerc.passes.kernel_tables import TYPES
-    from layerc.passes.layer_facts import STAGES, stage_name
+    from layerc.passes.layer_facts import stage_name, stage_names
     from rich.console import Console
     from rich.table import Table
 
@@ -317,9 +315,8 @@ def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
         for col in ("pass", "layer", "type", "stage", "kernels", "time (µs)", "first kernel", "last kernel"):
             tab.add_column(col, justify="right" if col in ("kernels", "time (µs)", "pass", "layer") else "left")
         shown = rows[:TABLE_ROWS]
-        names = ("unknown", *STAGES)
         _rows(tab, list(zip(map(str, t.pass_index[shown].tolist()), map(str, t.index[shown].tolist()), [t.type[r] for r in shown.tolist()],
-                            [names[c + 1] for c in t.stage[shown].tolist()], map(str, t.kernel_count[shown].tolist()),
+                            stage_names(t.stage[shown]), map(str, t.kernel_count[shown].tolist()),
                             [f"{d / 1e3:,.1f}" for d in t.duration[shown].tolist()], _shorts(a, t.first[shown]), _shorts(a, t.last[shown]))),
               "layers", max(len(rows) - TABLE_ROWS, 0))
     else:

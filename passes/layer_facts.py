@@ -47,6 +47,12 @@ def stage_name(code: int) -> str:
     return STAGES[code] if code >= 0 else "unknown"
 
 
+def stage_names(codes: np.ndarray) -> list[str]:
+    """``stage_name`` of each code of a column."""
+    names = ("unknown", *STAGES)
+    return [names[c + 1] for c in codes.tolist()]
+
+
 def layer_type(mla: bool, gdn: bool, attention: bool, moe: bool, fc: bool) -> str:
     """The seed's layer types, from what a layer's kernels are."""
     att = "MLA" if mla else "GDN" if gdn else "MHA" if attention else None

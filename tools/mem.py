@@ -80,11 +80,9 @@ def _run(args: argparse.Namespace) -> int:
 
     written = write_outputs(module, args) if args.output else []
     if args.json:
-        import orjson
+        from layerc.backends.mem_report import json_text
 
-        from layerc.backends.mem_report import report
-
-        sys.stdout.buffer.write(orjson.dumps(report(module), option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_text(module).encode())
     else:
         from rich.console import Console
 

@@ -12,7 +12,6 @@ the pipeline parser, run in-process on many more mutations.
 
 from __future__ import annotations
 
-import itertools
 import re
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests import capped
+from tests.mutations import BASIC, basic, nth, replace_nth
 from layerc.grammar.dumps import decode, parse_and_verify
 from layerc.grammar._lark import MAX_NESTING
 from layerc.ir.diagnostics import LayercError
@@ -70,11 +70,7 @@ _SHAPE = re.compile(rb"\b\d+(?:x\d+)++|\bs\d+(?:x\w+)*+")
 _NAME = re.compile(rb"%\w++|\b\w++(?=\()")
 
 mutations = st.one_of(
-    st.tuples(st.just("flip"), st.integers(0, 1 << 20), st.integers(1, 255)),
-    st.tuples(st.just("truncate"), st.integers(0, 1 << 20)),
-    st.tuples(st.just("splice"), st.integers(0, 1 << 20), st.integers(1, 400), st.integers(0, 1 << 20)),
-    st.tuples(st.just("delete"), st.integers(0, 1 << 20), st.integers(1, 400)),
-    st.tuples(st.just("line"), st.integers(0, 1 << 20), st.sampled_from(["dup", "drop", "swap"])),
+    *BASIC.values(),
     st.tuples(st.just("number"), st.integers(0, 1 << 20), st.sampled_from(EXTREMES)),
     st.tuples(st.just("nest"), st.integers(0, 1 << 20), st.sampled_from([b"[", b"(", b"{", b"f(", b"{1: "]),
               st.sampled_from([2, MAX_NESTING - 1, MAX_NESTING, MAX_NESTING + 1, 5000, 100_000]), st.booleans()),
@@ -84,58 +80,32 @@ mutations = st.one_of(
 )
 
 
-def _nth(rx: re.Pattern, data: bytes, k: int):
-    """The k-th match (modulo how many there are among the first 4096: a mutated input may hold
-    millions)."""
-    found = list(itertools.islice(rx.finditer(data), 4096))
-    return found[k % len(found)] if found else None
+#: matches a mutation looks among (a mutated input may hold millions)
+AMONG = 4096
 
 
 def mutate(data: bytes, m: tuple) -> bytes:
-    """One mutation; positions are taken modulo what the data holds, so every draw applies."""
+    """One mutation (tests/mutations.py's, or one of a dump's own)."""
+    done = basic(data, m)
+    if done is not None:
+        return done
     kind, k, *rest = m
     n = max(len(data), 1)
-    if kind == "flip":
-        pos = k % n
-        return data[:pos] + bytes([data[pos] ^ rest[0]]) + data[pos + 1:] if data else data
-    if kind == "truncate":
-        return data[: k % n]
-    if kind == "splice":
-        start = k % n
-        chunk = data[start:start + rest[0]]
-        at = rest[1] % n
-        return data[:at] + chunk + data[at:]
-    if kind == "delete":
-        start = k % n
-        return data[:start] + data[start + rest[0]:]
-    if kind == "line":
-        lines = data.split(b"\n")
-        i = k % len(lines)
-        if rest[0] == "dup":
-            lines.insert(i, lines[i])
-        elif rest[0] == "drop":
-            del lines[i]
-        else:
-            j = (i + 1) % len(lines)
-            lines[i], lines[j] = lines[j], lines[i]
-        return b"\n".join(lines)
     if kind == "number":
-        hit = _nth(_NUMBER, data, k)
-        return data[:hit.start()] + rest[0] + data[hit.end():] if hit else data
+        return replace_nth(_NUMBER, data, k, rest[0], AMONG)
     if kind == "nest":
         opener, depth, closed = rest
         closer = {b"[": b"]", b"{": b"}", b"{1: ": b"}"}.get(opener, b")")
-        hit = _nth(_ARG_START, data, k)
+        hit = nth(_ARG_START, data, k, AMONG)
         at = hit.end() if hit else k % n
         return data[:at] + opener * depth + b"1" + (closer * depth if closed else b"") + data[at:]
     if kind == "huge":
         unit, count = rest
-        hit = _nth(_NAME, data, k)
+        hit = nth(_NAME, data, k, AMONG)
         at = hit.end() if hit else k % n
         return data[:at] + unit * count + data[at:]
     if kind == "dims":
-        hit = _nth(_SHAPE, data, k)
-        return data[:hit.start()] + b"x".join([b"3"] * rest[0]) + data[hit.end():] if hit else data
+        return replace_nth(_SHAPE, data, k, b"x".join([b"3"] * rest[0]), AMONG)
     raise AssertionError(kind)
 
 

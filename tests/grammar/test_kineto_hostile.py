@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests import capped
+from tests.mutations import BASIC, POSITION, basic, nth, replace_nth
 from layerc.grammar import kineto
 from layerc.grammar.kineto import MAX_EVENT, MAX_NESTING, read_kineto
 from layerc.grammar.traces import read_trace
@@ -70,10 +71,10 @@ _NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _OBJECT = re.compile(rb"\{")
 
 mutations = st.one_of(
-    st.tuples(st.just("flip"), st.integers(0, 1 << 20), st.integers(1, 255)),
-    st.tuples(st.just("truncate"), st.integers(0, 1 << 20)),
-    st.tuples(st.just("splice"), st.integers(0, 1 << 20), st.integers(1, 2000), st.integers(0, 1 << 20), st.integers(0, 3)),
-    st.tuples(st.just("delete"), st.integers(0, 1 << 20), st.integers(1, 400)),
+    BASIC["flip"],
+    BASIC["truncate"],
+    st.tuples(st.just("splice"), POSITION, st.integers(1, 2000), POSITION, st.integers(0, 3)),
+    BASIC["delete"],
     st.tuples(st.just("number"), st.integers(0, 1 << 20), st.sampled_from(EXTREMES)),
     st.tuples(st.just("nest"), st.integers(0, 1 << 20), st.sampled_from([b"[", b'{"a": ']),
               st.sampled_from([2, MAX_NESTING - 3, MAX_NESTING + 1, 5000, 100_000]), st.booleans()),
@@ -81,40 +82,29 @@ mutations = st.one_of(
 )
 
 
-def _nth(rx: re.Pattern, data: bytes, k: int):
-    found = list(rx.finditer(data))
-    return found[k % len(found)] if found else None
-
-
 def mutate(data: bytes, m: tuple, seeds: list[bytes]) -> bytes:
-    """One mutation; positions are taken modulo what the data holds, so every draw applies."""
+    """One mutation (tests/mutations.py's, a splice of another trace, or one of JSON's own)."""
     kind, k, *rest = m
     n = max(len(data), 1)
-    if kind == "flip":
-        pos = k % n
-        return data[:pos] + bytes([data[pos] ^ rest[0]]) + data[pos + 1 :] if data else data
-    if kind == "truncate":
-        return data[: k % n]
     if kind == "splice":  # a stretch of another trace (or this one) put in somewhere
         length, at, other = rest
         donor = seeds[other % len(seeds)]
         start = k % len(donor)
         return data[: at % n] + donor[start : start + length] + data[at % n :]
-    if kind == "delete":
-        start = k % n
-        return data[:start] + data[start + rest[0] :]
+    done = basic(data, m)
+    if done is not None:
+        return done
     if kind == "number":
-        hit = _nth(_NUMBER, data, k)
-        return data[: hit.start()] + rest[0] + data[hit.end() :] if hit else data
+        return replace_nth(_NUMBER, data, k, rest[0])
     if kind == "nest":  # a new first key of an object, nested arrays or objects as its value
         opener, depth, closed = rest
         closer = b"]" if opener == b"[" else b"}"
-        hit = _nth(_OBJECT, data, k)
+        hit = nth(_OBJECT, data, k)
         at = hit.end() if hit else k % n
         return data[:at] + b'"nest": ' + opener * depth + b"1" + (closer * depth if closed else b"") + b", " + data[at:]
     if kind == "swap":  # the field gets a value of another type; its old value goes to an unknown key
         field, value = rest
-        hit = _nth(re.compile(rb'"%s"\s*:\s*' % re.escape(field)), data, k)
+        hit = nth(re.compile(rb'"%s"\s*:\s*' % re.escape(field)), data, k)
         return data[: hit.end()] + value + b', "was ' + field + b'": ' + data[hit.end() :] if hit else data
     raise AssertionError(kind)
 

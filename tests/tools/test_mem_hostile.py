@@ -39,6 +39,7 @@ from layerc.passes.mem_liveness import MemLiveness
 
 from tests.layerc_cli import run_layerc
 from tests import capped
+from tests.mutations import BASIC, basic, nth, replace_nth
 
 MEMORY = 2 << 30  #: address space of a child layerc
 TIMEOUT = 60  #: seconds a child may run (a clean run takes about one)
@@ -70,11 +71,7 @@ _QUOTED = re.compile(rb'"[^"\n]*"')
 _LABEL = re.compile(rb'label="')
 
 mutations = st.one_of(
-    st.tuples(st.just("flip"), st.integers(0, 1 << 20), st.integers(1, 255)),
-    st.tuples(st.just("truncate"), st.integers(0, 1 << 20)),
-    st.tuples(st.just("splice"), st.integers(0, 1 << 20), st.integers(1, 400), st.integers(0, 1 << 20)),
-    st.tuples(st.just("delete"), st.integers(0, 1 << 20), st.integers(1, 400)),
-    st.tuples(st.just("line"), st.integers(0, 1 << 20), st.sampled_from(["dup", "drop", "swap"])),
+    *BASIC.values(),
     st.tuples(st.just("number"), st.integers(0, 1 << 20), st.sampled_from(EXTREMES)),
     st.tuples(st.just("retype"), st.integers(0, 1 << 20), st.sampled_from([b"12", b"-7", b"1e999", b"<x>", b'""', b"a b"])),
     st.tuples(st.just("nest"), st.integers(0, 1 << 20), st.sampled_from(list(NESTS)),
@@ -84,49 +81,24 @@ mutations = st.one_of(
 )
 
 
-def _nth(rx: re.Pattern, data: bytes, k: int):
-    found = list(rx.finditer(data))
-    return found[k % len(found)] if found else None
-
-
 def mutate(data: bytes, m: tuple) -> bytes:
-    """One mutation; positions are taken modulo what the data holds, so every draw applies."""
+    """One mutation (tests/mutations.py's, or one of a memory-planner dump's own)."""
+    done = basic(data, m)
+    if done is not None:
+        return done
     kind, k, *rest = m
     n = max(len(data), 1)
-    if kind == "flip":
-        pos = k % n
-        return data[:pos] + bytes([data[pos] ^ rest[0]]) + data[pos + 1 :] if data else data
-    if kind == "truncate":
-        return data[: k % n]
-    if kind == "splice":
-        start, length, at = k % n, rest[0], rest[1] % n
-        return data[:at] + data[start : start + length] + data[at:]
-    if kind == "delete":
-        start = k % n
-        return data[:start] + data[start + rest[0] :]
-    if kind == "line":
-        lines = data.split(b"\n")
-        i = k % len(lines)
-        if rest[0] == "dup":
-            lines.insert(i, lines[i])
-        elif rest[0] == "drop":
-            del lines[i]
-        else:
-            j = (i + 1) % len(lines)
-            lines[i], lines[j] = lines[j], lines[i]
-        return b"\n".join(lines)
     if kind in ("number", "retype"):
-        hit = _nth(_NUMBER if kind == "number" else _QUOTED, data, k)
-        return data[: hit.start()] + rest[0] + data[hit.end() :] if hit else data
+        return replace_nth(_NUMBER if kind == "number" else _QUOTED, data, k, rest[0])
     if kind == "nest":
         opener, depth, closed = rest
         closer, where = NESTS[opener]
-        hit = _nth(re.compile(where), data, k)
+        hit = nth(re.compile(where), data, k)
         at = hit.end() if hit else k % n
         return data[:at] + opener * depth + (closer * depth if closed else b"") + data[at:]
     if kind == "huge":
         unit, count = rest
-        hit = _nth(_LABEL, data, k)
+        hit = nth(_LABEL, data, k)
         at = hit.end() if hit else k % n
         return data[:at] + unit * (count // len(unit) + 1) + data[at:]
     raise AssertionError(kind)
