@@ -50,12 +50,15 @@ import numpy as np
 
 from layerc.ir.diagnostics import LayercError
 from layerc.backends.outputs import atomic_path, open_staged
-from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, link
+from layerc.backends.pb_columns import Rows
+from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, link, unique_inverse
 
 #: The one packet sequence every packet is written on.
 SEQUENCE_ID = 0x6C63
-#: Slice events per serialised ``Trace`` batch.
+#: Slice events per Chrome JSON batch ...
 BATCH = 8192
+#: ... and per encoded ``Trace`` batch (a column operation's cost is spread over this many packets).
+PB_BATCH = 1 << 15
 #: Events sorted at a time (a time window's worth): bounds the event index's memory.
 WINDOW = 1 << 19
 #: First track uuid (uuids are global in a trace: a prefix keeps ours apart from others' when merged).
@@ -76,7 +79,6 @@ ARG_NAMES = (
 _ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
 _A_CORRELATION, _A_NODE, _A_EXTERNAL, _A_LAYER = (_ARG[k] for k in ("correlation", "graph node id", "External id", "layer"))
 
-_MAX_TEMPLATES = 1 << 16
 
 
 # -- public API ---------------------------------------------------------------------------------
@@ -555,12 +557,13 @@ def _unique_rows(*cols: np.ndarray) -> tuple[list[tuple], np.ndarray]:
         return [], np.empty(0, np.int64)
     key = np.zeros(n, np.int64)
     for c in cols:
-        u, inv = np.unique(c, return_inverse=True)
-        key = key * len(u) + inv.reshape(-1)
-        key = np.unique(key, return_inverse=True)[1].reshape(-1)  # keep the key dense (no overflow)
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    rows = list(zip(*(c[first].tolist() for c in cols)))
-    return rows, inv.reshape(-1)
+        u, inv = unique_inverse(c)
+        key = unique_inverse(key * len(u) + inv)[1]  # kept dense (no overflow)
+    count = int(key.max()) + 1
+    some = np.empty(count, np.int64)
+    some[key] = np.arange(n)  # a row of each group (its rows are alike)
+    rows = list(zip(*(c[some].tolist() for c in cols)))
+    return rows, key
 
 
 def _triple_iids(names: _Names, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -570,15 +573,6 @@ def _triple_iids(names: _Names, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> 
         return np.zeros(0, np.int32)
     iids = np.array([names.iid(f"[{a}, {b}, {c}]") if a >= 0 else 0 for a, b, c in rows], np.int32)
     return iids[inv]
-
-
-def _add_ints(da, *pairs) -> None:
-    """Integer debug annotations, for the values that are present (>= 0)."""
-    for iid, value in pairs:
-        if value >= 0:
-            d = da.add()
-            d.name_iid = iid
-            d.int_value = value
 
 
 def _check_layer_of(trace: Trace, layer_of) -> np.ndarray | None:
@@ -628,7 +622,8 @@ class _ProtoWriter:
         self.packets = 0
         self.name_done = bytearray(len(layout.names) + 1)  # event names interned so far
         self.value_done = bytearray(len(layout.names) + 1)  # debug-annotation string values
-        self.templates: dict[tuple, Any] = {}
+        self._da = pb.DebugAnnotation.DESCRIPTOR
+        self._da_number = pb.TrackEvent.DESCRIPTOR.fields_by_name["debug_annotations"].number
 
     def write(self) -> dict[str, int]:
         pb, lay = self.pb, self.lay
@@ -659,8 +654,8 @@ class _ProtoWriter:
         slices = 0
         for ts, codes in lay.events():
             slices += int((codes & 1).sum())
-            for a in range(0, len(ts), BATCH):
-                self._chunk(ts[a: a + BATCH], codes[a: a + BATCH])
+            for a in range(0, len(ts), PB_BATCH):
+                self._chunk(ts[a: a + PB_BATCH], codes[a: a + PB_BATCH])
         return {"packets": self.packets, "slices": slices, "flows": lay.flows, "tracks": len(lay.tracks),
                 "skipped": lay.skipped}
 
@@ -669,159 +664,139 @@ class _ProtoWriter:
         self.f.write(batch.SerializeToString())
 
     def _chunk(self, ts: np.ndarray, codes: np.ndarray) -> None:
+        """One batch of events as a ``Trace`` of packets, encoded from columns (``pb_columns``)."""
         lay, pb = self.lay, self.pb
+        n = len(codes)
         kind = (codes >> 1) & 7
-        is_end = (codes & 1).astype(bool)
+        begin = (codes & 1) == 0
         idx = codes >> 4
-        track = np.empty(len(codes), np.int64)
-        per_kind: dict[int, Iterator] = {}
-        new_names: list[np.ndarray] = []
-        new_values: list[np.ndarray] = []
-        for k in np.unique(kind).tolist():
-            rows = lay.rows[k]
+        track = np.empty(n, np.int64)
+        name = np.zeros(n, np.int64)
+        for k in distinct(kind).tolist():
             m = kind == k
-            track[m] = rows.track[idx[m]]
-            b = idx[m & ~is_end]
-            if len(b):
-                new_names.append(rows.name[b])
-                per_kind[k], values = self._prepare(k, b)
-                if values is not None:
-                    new_values.append(values)
-        batch = pb.Trace()
-        add = batch.packet.add
-        ts_l, track_l, end_l, kind_l = ts.tolist(), track.tolist(), is_end.tolist(), kind.tolist()
-        p0 = None
-        emit = {K_KERNEL: self._kernel, K_MEMOP: self._memop, K_SPAN: self._span, K_LAUNCH: self._launch,
-                K_CPU_OP: self._cpu_op, K_ANNOTATION: self._plain, K_MODULE: self._plain}
-        for t, tr, end, k in zip(ts_l, track_l, end_l, kind_l):
-            p = add()
-            if p0 is None:
-                p0 = p
-            if end:
-                p.trusted_packet_sequence_id = SEQUENCE_ID
-                te = p.track_event
-                te.type = _END
-                te.track_uuid = tr
-            else:
-                emit[k](p, tr, next(per_kind[k]))  # may replace the packet's fields: set ts after
-            p.timestamp = t
-        if p0 is not None:
-            self._intern(p0, new_names, new_values)
-        self._flush(batch)
+            track[m] = lay.rows[k].track[idx[m]]
+            m &= begin
+            name[m] = lay.rows[k].name[idx[m]]
+        te = Rows(pb.TrackEvent.DESCRIPTOR, n)
+        values = []
+        for k in distinct(np.where(begin, kind, -1)).tolist():
+            mb = begin & (kind == k)
+            used = self._annotate(te, k, mb, idx[mb])
+            if used is not None:
+                values.append(used)
+        te.varint("type", np.where(begin, _BEGIN, _END))
+        te.varint("name_iid", name[begin], begin)
+        te.varint("track_uuid", track)
+        packets = Rows(pb.TracePacket.DESCRIPTOR, n)
+        packets.varint("timestamp", ts)
+        packets.varint("trusted_packet_sequence_id", SEQUENCE_ID)
+        packets.message("track_event", te)
+        number = pb.TracePacket.DESCRIPTOR.fields_by_name
+        interned = self._intern([name[begin]], values)
+        if interned:
+            packets.encoded(number["interned_data"].number, [interned],
+                            np.where(np.arange(n) == 0, 0, -1))  # the batch's first packet precedes their uses
+        packets.varint("sequence_flags", _SEQ_NEEDS, begin)
+        self.packets += n
+        self.f.write(Rows(pb.Trace.DESCRIPTOR, n).message("packet", packets).tobytes())
 
-    def _intern(self, p, names: list[np.ndarray], values: list[np.ndarray]) -> None:
-        """New interned strings go in the batch's first packet (it precedes their uses)."""
+    def _intern(self, names: list[np.ndarray], values: list[np.ndarray]) -> bytes:
+        """New interned strings, as an encoded ``interned_data`` field (b"" when none)."""
         text = self.lay.names.text
+        p = self.pb.TracePacket()
         for i in _first_uses(names, self.name_done):
             p.interned_data.event_names.add(iid=i, name=text(i))
         for i in _first_uses(values, self.value_done):
             p.interned_data.debug_annotation_string_values.add(iid=i, str=text(i).encode())
+        return p.SerializeToString()
 
-    # per-kind BEGIN packets -----------------------------------------------------------------------
-    def _prepare(self, k: int, b: np.ndarray) -> tuple[Iterator, np.ndarray | None]:
-        """The BEGIN events' values for rows ``b`` of kind ``k``, in order, as tuples; and the
-        string values they use."""
-        lay, t = self.lay, self.lay.trace
-        rows = lay.rows[k]
-        name = rows.name[b].tolist()
+    # per-kind BEGIN fields ------------------------------------------------------------------------
+    def _annotate(self, te: Rows, k: int, mb: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+        """The debug annotations and flows of the BEGIN events ``mb`` of ``te`` (rows ``b`` of kind
+        ``k``); returns the string values they use."""
+        lay, t, da = self.lay, self.lay.trace, self._da
+        at = np.flatnonzero(mb)
+
+        def annotations(field: str, pairs: tuple[tuple[int, np.ndarray], ...], keep) -> None:
+            for iid, values in pairs:
+                has = keep(values)
+                present = np.zeros(te.n, bool)
+                present[at[has]] = True
+                te.message("debug_annotations", Rows(da, int(has.sum())).varint("name_iid", iid).varint(field, values[has]), present)
+
+        def strings(*pairs: tuple[int, np.ndarray]) -> None:
+            annotations("string_value_iid", pairs, lambda v: v > 0)
+
+        def ints(*pairs: tuple[int, np.ndarray]) -> None:
+            annotations("int_value", pairs, lambda v: v >= 0)
+
+        def ending(flow: np.ndarray) -> None:
+            present = np.zeros(te.n, bool)
+            present[at[flow != 0]] = True
+            te.fixed64("terminating_flow_ids", flow[flow != 0], present)
+
         if k == K_KERNEL:
             kk = t.kernels
             layer = lay.layer_of[b] if lay.layer_of is not None else np.full(len(b), -1)
-            cols: tuple[Any, ...] = (name, lay.full[b], lay.grid[b], lay.block[b], kk.registers[b], lay.shared[b], kk.graph_id[b],
-                    kk.correlation[b], kk.graph_node_id[b], kk.external_id[b], layer, lay.kernel_flow[b])
-            values = np.concatenate([lay.full[b], lay.grid[b], lay.block[b]])
-            return zip(*(c if isinstance(c, list) else c.tolist() for c in cols)), values
+            strings((_ARG["full name"], lay.full[b]), (_ARG["grid"], lay.grid[b]), (_ARG["block"], lay.block[b]))
+            ints((_ARG["registers per thread"], kk.registers[b]), (_ARG["shared memory"], lay.shared[b]), (_ARG["graph id"], kk.graph_id[b]),
+                 (_A_CORRELATION, kk.correlation[b]), (_A_NODE, kk.graph_node_id[b]), (_A_EXTERNAL, kk.external_id[b]), (_A_LAYER, layer))
+            ending(lay.kernel_flow[b])
+            return np.concatenate([lay.full[b], lay.grid[b], lay.block[b]])
         if k == K_MEMOP:
             mm = t.memops
-            cols = (name, mm.bytes[b], mm.correlation[b], mm.graph_node_id[b], lay.memop_flow[b])
-            return zip(*(c if isinstance(c, list) else c.tolist() for c in cols)), None
+            ints((_ARG["bytes"], mm.bytes[b]), (_A_CORRELATION, mm.correlation[b]), (_A_NODE, mm.graph_node_id[b]))
+            ending(lay.memop_flow[b])
+            return None
         if k == K_LAUNCH:
-            ll = t.launches
-            off = lay.launch_offsets
-            flows = [lay.launch_flows[off[i]: off[i + 1]].tolist() if off[i + 1] > off[i] else None for i in b.tolist()]
-            cols = (name, ll.correlation[b].tolist(), ll.external_id[b].tolist(), flows)
-            return zip(*cols), None
+            ll, off = t.launches, lay.launch_offsets
+            ints((_A_CORRELATION, ll.correlation[b]), (_A_EXTERNAL, ll.external_id[b]))
+            many = off[b + 1] - off[b]
+            counts = np.zeros(te.n, np.int64)
+            counts[at] = many
+            inside = np.arange(int(many.sum())) - np.repeat(np.cumsum(many) - many, many)
+            te.repeated_fixed64("flow_ids", lay.launch_flows[np.repeat(off[b], many) + inside], counts)
+            return None
         if k == K_CPU_OP:
             cc = t.cpu_ops
             dims = np.where(cc.input_dims[b] >= 0, cc.input_dims[b].astype(np.int64) + 1, 0)
-            cols = (name, cc.external_id[b].tolist(), cc.sequence[b].tolist(), dims.tolist())
-            return zip(*cols), dims
+            ints((_A_EXTERNAL, cc.external_id[b]), (_ARG["Sequence number"], cc.sequence[b]))
+            strings((_ARG["Input Dims"], dims))
+            return dims
         if k == K_SPAN:
-            return zip(name, [lay.spans[i] for i in b.tolist()]), None
-        return iter(name), None
+            self._span_args(te, at, [lay.spans[i] for i in b.tolist()])
+        return None  # annotations, module spans: a name on a track
 
-    def _begin(self, p, tr: int, name: int):
-        p.trusted_packet_sequence_id = SEQUENCE_ID
-        p.sequence_flags = _SEQ_NEEDS
-        te = p.track_event
-        te.type = _BEGIN
-        te.track_uuid = tr
-        te.name_iid = name
-        return te
+    def _span_args(self, te: Rows, at: np.ndarray, spans: list[Span]) -> None:
+        """Parent spans' annotations (any names, any value types), each distinct (name, value)
+        encoded once by the protobuf library; one field per argument position."""
+        blobs: list[bytes] = []
+        known: dict[tuple, int] = {}
+        which = np.full((max(len(sp.args) for sp in spans), te.n), -1, np.int64)
+        for row, sp in zip(at.tolist(), spans):
+            for j, (key, value) in enumerate(sp.args.items()):
+                token = (str(key), type(value), value)
+                i = known.get(token)
+                if i is None:
+                    i = known[token] = len(blobs)
+                    blobs.append(self._span_arg(str(key), value))
+                which[j, row] = i
+        for w in which:
+            te.encoded(self._da_number, blobs, w)
 
-    def _kernel(self, p, tr, v) -> None:
-        name, full, grid, block, regs, shm, gid, corr, node, ext, layer, flow = v
-        key = (tr, name, full, grid, block, regs, shm, gid)
-        tmpl = self.templates.get(key)
-        if tmpl is None:
-            if len(self.templates) >= _MAX_TEMPLATES:
-                self.templates.clear()
-            tmpl = self.templates[key] = self.pb.TracePacket()
-            te = self._begin(tmpl, tr, name)
-            da = te.debug_annotations
-            if full:
-                da.add(name_iid=_ARG["full name"], string_value_iid=full)
-            if grid:
-                da.add(name_iid=_ARG["grid"], string_value_iid=grid)
-            if block:
-                da.add(name_iid=_ARG["block"], string_value_iid=block)
-            _add_ints(da, (_ARG["registers per thread"], regs), (_ARG["shared memory"], shm), (_ARG["graph id"], gid))
-        p.CopyFrom(tmpl)
-        te = p.track_event
-        da = te.debug_annotations
-        _add_ints(da, (_A_CORRELATION, corr), (_A_NODE, node), (_A_EXTERNAL, ext), (_A_LAYER, layer))
-        if flow:
-            te.terminating_flow_ids.append(flow)
-
-    def _memop(self, p, tr, v) -> None:
-        name, nbytes, corr, node, flow = v
-        te = self._begin(p, tr, name)
-        _add_ints(te.debug_annotations, (_ARG["bytes"], nbytes), (_A_CORRELATION, corr), (_A_NODE, node))
-        if flow:
-            te.terminating_flow_ids.append(flow)
-
-    def _launch(self, p, tr, v) -> None:
-        name, corr, ext, flows = v
-        te = self._begin(p, tr, name)
-        da = te.debug_annotations
-        _add_ints(da, (_A_CORRELATION, corr), (_A_EXTERNAL, ext))
-        if flows:
-            te.flow_ids.extend(flows)
-
-    def _cpu_op(self, p, tr, v) -> None:
-        name, ext, seq, dims = v
-        te = self._begin(p, tr, name)
-        da = te.debug_annotations
-        _add_ints(da, (_A_EXTERNAL, ext), (_ARG["Sequence number"], seq))
-        if dims:
-            da.add(name_iid=_ARG["Input Dims"], string_value_iid=dims)
-
-    def _span(self, p, tr, v) -> None:
-        name, span = v
-        te = self._begin(p, tr, name)
-        for key, value in span.args.items():
-            d = te.debug_annotations.add(name=str(key))
-            if isinstance(value, bool):
-                d.bool_value = value
-            elif isinstance(value, int):
-                d.int_value = value
-            elif isinstance(value, float):
-                d.double_value = value
-            else:
-                d.string_value = str(value)
-
-    def _plain(self, p, tr, name) -> None:
-        self._begin(p, tr, name)
+    def _span_arg(self, key: str, value: Any) -> bytes:
+        """One ``debug_annotations`` field of a span, tag and all."""
+        te = self.pb.TrackEvent()
+        d = te.debug_annotations.add(name=key)
+        if isinstance(value, bool):
+            d.bool_value = value
+        elif isinstance(value, int):
+            d.int_value = value
+        elif isinstance(value, float):
+            d.double_value = value
+        else:
+            d.string_value = str(value)
+        return te.SerializeToString()
 
 
 # -- Chrome JSON ----------------------------------------------------------------------------------

@@ -128,7 +128,7 @@ def _read_sqlite(path: Path, source: str) -> Trace:
             raise ParseError("not an SQLite file (an Nsight Systems export is 'nsys export --type sqlite' output)", source)
     db = inputs.sqlite_connect(path)  # exactly this file, whatever its name holds
     try:
-        return _Reader(db, source).read()
+        return _Reader(db, source, path).read()
     except sqlite3.DatabaseError as e:
         raise ParseError(f"unreadable SQLite database: {e}", source) from None
     finally:
@@ -136,9 +136,10 @@ def _read_sqlite(path: Path, source: str) -> Trace:
 
 
 class _Reader:
-    def __init__(self, db: sqlite3.Connection, source: str):
+    def __init__(self, db: sqlite3.Connection, source: str, path: Path):
         self.db = db
         self.source = source
+        self.path = path
         self.tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         if "StringIds" not in self.tables or not ({"CUPTI_ACTIVITY_KIND_KERNEL", "META_DATA_EXPORT", "EXPORT_META_DATA"} & self.tables):
             raise ParseError("an SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)", source)
@@ -164,11 +165,19 @@ class _Reader:
         and named (table, column, class, row)."""
         try:
             yield
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError) as e:
             error = self.bad_value(table)
+            if error is None and isinstance(e, inputs.ColumnsError):
+                error = ParseError(f"{table}: {e}", self.source)
             if error is None:
                 raise
             raise error from None
+
+    def fetch(self, table: str, select: list[str], where: str = "") -> list[np.ndarray]:
+        """The int64 columns of ``SELECT select FROM table where``, in rowid order."""
+        n = self.db.execute(f"SELECT COUNT(*) FROM {table} {where}").fetchone()[0]
+        with self.values_of(table):
+            return inputs.sqlite_columns(self.path, select, f"FROM {table} {where}", n)
 
     def require(self, table: str, ok: bool) -> None:
         """Where rows read as Python values were checked (``ok``): the first value of another
@@ -261,9 +270,9 @@ class _Reader:
         def col(name: str) -> str:  # a column, NULL and absent ones as -1
             return self.col(table, _KERNEL_COLUMNS.get(name, (name, -1))[0])
 
-        # SQLite makes one Python int per value: small fields travel packed in one integer
-        # (grid x,y,z in 31+16+16 bits; block x,y,z 11 bits each, registers 9, dynamic shared
-        # memory 20), and rows come unsorted (numpy sorts faster than SQLite's temp B-tree).
+        # Small fields travel packed in one integer (grid x,y,z in 31+16+16 bits; block x,y,z 11
+        # bits each, registers 9, dynamic shared memory 20); rows come unsorted (numpy sorts faster
+        # than SQLite's temp B-tree).
         select = [
             "start", "end", col("device"), col("stream"), col("correlation"),
             col("graph_id"), col("graph_node_id"),
@@ -274,10 +283,10 @@ class _Reader:
             col("shared_static"), col("name"), col("short"), self.col(table, "globalPid"), "rowid",
         ]
         names = ["start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "grid", "block", "shared_static", "name", "short", "gpid", "row"]
-        n = self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-        with self.values_of(table):
-            data = np.fromiter(self.db.execute(f"SELECT {', '.join(select)} FROM {table}"), dtype=[(x, "i8") for x in names], count=n)
-        data = data[np.argsort(data["start"], kind="stable")]
+        data = dict(zip(names, self.fetch(table, select)))
+        if (np.diff(data["start"]) < 0).any():
+            order = np.argsort(data["start"], kind="stable")
+            data = {k: v[order] for k, v in data.items()}
         grid, block = data["grid"], data["block"]
         cols = {x: data[x] for x in ("start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "shared_static", "row")}
         cols.update(
@@ -315,14 +324,13 @@ class _Reader:
             skip = [k for k, v in classes.items() if "BACKTRACE" in v]
             if skip:
                 where = f"WHERE eventClass IS NULL OR eventClass NOT IN ({', '.join(map(str, skip))})"
-        rows = self.db.execute(
-            f"SELECT start, end, {self.col(table, 'globalTid')}, {self.col(table, 'correlationId')}, nameId, rowid, "
-            f"{self.col(table, 'eventClass')} "
-            f"FROM {table} {where} ORDER BY start").fetchall()
-        if not rows:
+        cols = self.fetch(table, ["start", "end", self.col(table, "globalTid"), self.col(table, "correlationId"), "nameId", "rowid",
+                                  self.col(table, "eventClass")], where)  # (eventClass read for its check)
+        if not len(cols[0]):
             return Launches.empty()
-        with self.values_of(table):
-            a = np.array(rows, dtype=np.int64)
+        a = np.stack(cols, 1)
+        if (np.diff(cols[0]) < 0).any():
+            a = a[np.argsort(cols[0], kind="stable")]
         gtid = a[:, 2]
         name = self.string_ids(a[:, 4], table, "nameId", a[:, 5])
         # API names without version suffixes; the driver API is the cu* family.
@@ -376,14 +384,10 @@ class _Reader:
             if table not in self.tables:
                 continue
             col = lambda name: self.col(table, name)  # noqa: E731
-            rows = self.db.execute(
-                f"SELECT start, end, {col('deviceId')}, {col('streamId')}, {col('correlationId')}, {col('bytes')}, "
-                f"{col('graphNodeId')}, {col('copyKind')}, rowid FROM {table}"
-            ).fetchall()
-            if not rows:
+            cols = self.fetch(table, ["start", "end", *map(col, ("deviceId", "streamId", "correlationId", "bytes", "graphNodeId", "copyKind")), "rowid"])
+            if not len(cols[0]):
                 continue
-            with self.values_of(table):
-                a = np.array(rows, dtype=np.int64)
+            a = np.stack(cols, 1)
             kinds = self._enum("ENUM_CUDA_MEMCPY_OPER") if kind == MEMCPY else {}
             by_kind = {c: strings.intern(f"{label} {kinds.get(c, '')}".strip()) for c in np.unique(a[:, 7]).tolist()}
             name = np.array([by_kind[c] for c in a[:, 7].tolist()], np.int64)

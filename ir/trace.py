@@ -349,6 +349,25 @@ def distinct(ids: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.bincount(ids))
 
 
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for an integer column, without its sort where
+    the values span a range not much wider than their count (ids, keys of dense ids): a table
+    of the values present, numbered by a running count."""
+    values = np.asarray(values).reshape(-1)
+    if not len(values):
+        return values.astype(np.int64), np.empty(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values) + 4096:  # sparse: the distinct values (hashed), then a search
+        ids = np.unique(values)
+        return ids, np.searchsorted(ids, values).astype(np.int64)
+    shifted = values - lo
+    present = np.zeros(hi - lo + 1, bool)
+    present[shifted] = True
+    ids = np.flatnonzero(present)
+    rank = np.cumsum(present) - 1
+    return (ids + lo).astype(values.dtype), rank[shifted].astype(np.int64)
+
+
 def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
     return np.where(correlation >= 0, (pid << 40) | (correlation & ((1 << 40) - 1)), -1)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from layerc.ir.trace import distinct
 from layerc.passes.kernel_tables import TYPES
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarra
     if not inside.any():
         return np.zeros(n, np.int64)
     width = int(layer.max()) + 1
-    pairs = np.unique(pass_of[inside] * width + layer[inside])
+    pairs = distinct(pass_of[inside] * width + layer[inside])
     return np.bincount(pairs // width, minlength=n)
 
 

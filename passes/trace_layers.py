@@ -36,7 +36,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace
+from layerc.ir.trace import Kernels, Trace, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -985,9 +985,9 @@ def _restarts(spans: Spans, idx: np.ndarray, start: np.ndarray, end: np.ndarray)
 
 def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern[str]) -> np.ndarray:
     """Per kernel: whether its short name matches ``rx`` (tested once per distinct name)."""
-    ids, inverse = np.unique(short, return_inverse=True)
+    ids, inverse = unique_inverse(short)
     hit = np.array([bool(rx.search(trace.strings[int(s)] or "")) for s in ids.tolist()], bool)
-    return hit[inverse.reshape(-1)] if len(ids) else np.zeros(0, bool)
+    return hit[inverse] if len(ids) else np.zeros(0, bool)
 
 
 def _regularity(token: np.ndarray, layer: np.ndarray, run: np.ndarray | None = None) -> float:

@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace
+from layerc.ir.trace import ANNOTATION_GPU, Trace, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -62,7 +62,7 @@ def passes(trace: Trace, kind: np.ndarray | None = None, host: tuple[np.ndarray,
 
 def _dense(values: np.ndarray) -> np.ndarray:
     """Values renumbered 0, 1, ... in their sorted order."""
-    return np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64) if len(values) else values.astype(np.int64)
+    return unique_inverse(values)[1]
 
 
 def _combine(*columns: np.ndarray) -> np.ndarray:

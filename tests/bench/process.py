@@ -1,5 +1,6 @@
 """Whole-process figures, each beside its floor in the same run (issue 20): start-up against the
-bare interpreter, ``layerc trace`` on each small real trace against a numpy + gzip + orjson load,
+bare interpreter, ``layerc trace`` on each small real trace against a numpy + gzip + orjson load
+and against the seed-001 analyzer (``tests/bench/seed001.py``),
 the Kineto reader against a typed msgspec decode, an nsys export of 1M and 5M kernels against a
 bare sqlite3 scan, ``perfetto`` against ``trace``, and peak memory per GB of input.
 
@@ -57,8 +58,10 @@ def small_traces(repeat: int) -> list[dict]:
     rows = []
     for path in sorted((SHARED / "data" / "traces" / "torch").glob("*.json*")):
         floor, _ = best([sys.executable, "-c", JSON_FLOOR, str(path)], repeat)
+        seed, _ = best([sys.executable, str(ROOT / "tests" / "bench" / "seed001.py"), str(path)], repeat)
         whole, peak = best([*LAYERC, "trace", str(path)], repeat)
-        rows.append({"trace": path.name, "floor_s": floor, "trace_s": whole, "ratio": whole / floor, "peak_mb": peak})
+        rows.append({"trace": path.name, "floor_s": floor, "seed_s": seed, "trace_s": whole, "ratio": whole / floor,
+                     "seed_ratio": whole / seed, "peak_mb": peak})
     return rows
 
 
@@ -111,10 +114,11 @@ def million(kernels: tuple[int, ...], repeat: int) -> list[dict]:
 def report(figures: dict) -> str:
     s = figures["startup"]
     out = [f"`layerc --help`: {s['help_s'] * 1e3:.0f} ms against {s['python_s'] * 1e3:.0f} ms for `python -c pass` "
-           f"({s['ratio']:.2f}x)", "", "| trace | floor (numpy + gzip + orjson) | `layerc trace` | ratio | peak MB |",
-           "|---|---|---|---|---|"]
-    out += [f"| {r['trace']} | {r['floor_s'] * 1e3:.0f} ms | {r['trace_s'] * 1e3:.0f} ms | {r['ratio']:.2f}x | {r['peak_mb']:.0f} |"
-            for r in figures["small"]]
+           f"({s['ratio']:.2f}x)", "",
+           "| trace | floor (numpy + gzip + orjson) | seed-001 analyzer | `layerc trace` | / floor | / seed-001 | peak MB |",
+           "|---|---|---|---|---|---|---|"]
+    out += [f"| {r['trace']} | {r['floor_s'] * 1e3:.0f} ms | {r['seed_s'] * 1e3:.0f} ms | {r['trace_s'] * 1e3:.0f} ms | {r['ratio']:.2f}x | "
+            f"{r['seed_ratio']:.2f}x | {r['peak_mb']:.0f} |" for r in figures["small"]]
     out += ["", "| trace | typed msgspec decode | layerc Kineto reader | ratio |", "|---|---|---|---|"]
     out += [f"| {r['trace']} | {r['msgspec_s'] * 1e3:.1f} ms | {r['reader_s'] * 1e3:.1f} ms | {r['ratio']:.2f}x |" for r in figures["reader"]]
     if figures.get("million"):

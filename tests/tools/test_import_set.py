@@ -22,7 +22,7 @@ CASES = [
     ("help", ["--help"], ()),
     ("command help", ["trace", "--help"], ()),
     ("trace kineto", ["trace", str(KINETO)], ("numpy", "rich")),
-    ("trace nsys", ["trace", str(NSYS)], ("numpy", "rich")),
+    ("trace nsys", ["trace", str(NSYS)], ("numpy", "rich", "pyarrow")),  # an export's columns come as Arrow batches
     ("trace files", ["trace", str(KINETO), "--json", "$OUT/t.json", "--csv", "$OUT/t.csv"], ("numpy", "rich", "orjson")),
     ("perfetto", ["perfetto", str(KINETO), "-o", "$OUT/t.pftrace"], ("numpy", "perfetto", "google.protobuf")),
     ("replay", ["replay", str(KINETO)], ("numpy",)),
