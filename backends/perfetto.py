@@ -30,11 +30,12 @@ repeated string values (full kernel names, grid/block, Input Dims) are interned 
 (``interned_data`` + ``*_iid``, ``sequence_flags``); timestamps are the IR's int64 ns. Events are
 written in time order (trace_processor sorts by timestamp and keeps file order among equal ones,
 so ties are ordered here: ENDs before BEGINs, inner ENDs and outer BEGINs first). Packets are
-built ``BATCH`` at a time into a ``Trace`` message that is serialised and appended to the file
-(concatenated ``Trace`` messages are one trace; ``StreamingTraceProtoBuilder`` relies on that too,
-but wraps every packet in its own ``Trace``, about 1.8x the cost per packet). Kernel BEGIN packets
-are copied from a template per distinct (track, name, launch configuration). Memory: a few numpy
-columns per slice, the event index of one time window (``WINDOW`` events) and one batch.
+encoded ``PB_BATCH`` at a time from the IR's columns (``pb_columns``: a field is a few numpy
+operations per batch, not a protobuf object per event; the bytes are those the protobuf library
+writes) into a ``Trace`` message appended to the file (concatenated ``Trace`` messages are one
+trace). A parent span's annotations (any names and value types) are encoded by the protobuf
+library once per distinct (name, value). Memory: a few numpy columns per slice, the event index
+of one time window (``WINDOW`` events) and one batch.
 
 Both writers write a temporary file beside ``path`` and rename it over ``path`` when complete; a
 path ending in ``.gz`` is gzip-compressed (the Perfetto UI opens gzipped traces).

@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.graph import Module
+
+if TYPE_CHECKING:  # a trace's outputs load no graph IR
+    from layerc.ir.graph import Module
 
 #: what a layer picture or document reads: one sliced layer with its ops grouped
 _LAYER = ("slice-layer", "infer-groups")

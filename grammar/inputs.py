@@ -277,29 +277,34 @@ def sqlite_columns(path: str | os.PathLike, select: list[str], source: str, coun
 
 
 def _sqlite_columns(path: str | os.PathLike, select: list[str], source: str, count: int, batch_rows: int = 1 << 16) -> list:
+    # The driver manager's own statement API, its stream read by pyarrow (which lets go of the
+    # GIL while the driver steps through rows); the DB-API module would also import pyarrow's
+    # datasets and pandas (0.2 s).
     import adbc_driver_manager
-    import adbc_driver_sqlite.dbapi as adbc
+    import adbc_driver_sqlite
     import numpy as np
     import pyarrow as pa
 
     uri = "file:" + urllib.parse.quote(os.path.abspath(check_file(path)), safe="/") + "?mode=ro&immutable=1"
+    out = [np.empty(count, np.int64) for _ in select]
+    at = 0
     try:
-        with adbc.connect(uri) as db, db.cursor() as cur:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
-            cur.execute(f"SELECT {', '.join(select)} {source} ORDER BY rowid")
-            reader = cur.fetch_record_batch()
-            out = [np.empty(count, np.int64) for _ in reader.schema]
-            at = 0
-            for batch in reader:
+        with adbc_driver_sqlite.connect(uri) as db, adbc_driver_manager.AdbcConnection(db) as conn, \
+                adbc_driver_manager.AdbcStatement(conn) as statement:
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            statement.set_sql_query(f"SELECT {', '.join(select)} {source} ORDER BY rowid")
+            stream, _ = statement.execute_query()
+            for batch in pa.RecordBatchReader.from_stream(stream):
                 n = batch.num_rows
                 if at + n > count:
                     raise ColumnsError(f"more rows than the {count} counted")
-                for i, col in enumerate(batch.columns):
-                    if col.type != pa.int64() or col.null_count:
-                        raise ColumnsError(f"'{select[i]}' holds {col.type} values or NULL")
-                    out[i][at:at + n] = col.to_numpy()
+                for i, column in enumerate(batch.columns):
+                    if column.type != pa.int64() or column.null_count:
+                        raise ColumnsError(f"'{select[i]}' holds {column.type} values or NULL")
+                    data = column.buffers()[1]  # (to_numpy would import pandas)
+                    out[i][at:at + n] = np.frombuffer(data, np.int64, n, column.offset * 8)
                 at += n
-    except (OSError, adbc_driver_manager.Error) as e:
+    except (OSError, adbc_driver_manager.Error, pa.ArrowException) as e:
         raise ColumnsError(str(e)) from None
     return [c[:at] for c in out]
 

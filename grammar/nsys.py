@@ -3,7 +3,9 @@
 Tables and columns are probed (``sqlite_master``, ``PRAGMA table_info``), never assumed:
 ``EXPORT_META_DATA`` (2.9.1) vs ``META_DATA_EXPORT``, optional ``greenContextId``/``graphId``,
 missing ENUM tables. Joins and selections run in SQLite (its automatic indexes serve the
-joins; the file is opened read-only and never changed). ``StringIds`` ids are used as the
+joins; the file is opened read-only and never changed). The event tables' columns come as Arrow
+batches from ADBC's SQLite driver (``inputs.sqlite_columns``), never a Python object per value;
+a value of another storage class is then found by SQL and named. ``StringIds`` ids are used as the
 trace's string ids directly, so no kernel name is touched per row. Runtime API names lose their
 ``_v7000`` suffixes. Environment tables (``TARGET_INFO_SYSTEM_ENV``, ``ProcessStreams``) are never
 read. A ``.nsys-rep`` is first exported with ``nsys export --type sqlite`` when ``nsys`` is on PATH.

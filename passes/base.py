@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, TypeVar, cast
 
 from layerc.ir.diagnostics import Diagnostic, Location
-from layerc.ir.graph import Node
 from layerc.ir.targets import op_name
+
+if TYPE_CHECKING:  # a trace pipeline loads no graph IR
+    from layerc.ir.graph import Node
 
 M = TypeVar("M")  #: the module kind a pass runs on
 R = TypeVar("R")
