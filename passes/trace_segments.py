@@ -80,15 +80,17 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     n = len(tid)
     if not n or (tid >= 0).all():
         return tid
-    order = np.lexsort((start, group))
+    # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start)
+    order = np.argsort(group, kind="stable") if not (np.diff(start) < 0).any() else np.lexsort((start, group))
     t, g = tid[order], group[order]
-    at = np.arange(n)
-    before = np.maximum.accumulate(np.where(t >= 0, at, -1))
-    after = np.minimum.accumulate(np.where(t >= 0, at, n)[::-1])[::-1]
-    b, a = np.maximum(before, 0), np.minimum(after, n - 1)
-    filled = np.where((before >= 0) & (g[b] == g), t[b], np.where((after < n) & (g[a] == g), t[a], -1))
+    known, unknown = np.flatnonzero(t >= 0), np.flatnonzero(t < 0)
+    if len(known):  # each unknown between the known ones around it: a search per unknown, not a scan of all
+        j = np.searchsorted(known, unknown)
+        b, a = known[np.maximum(j - 1, 0)], known[np.minimum(j, len(known) - 1)]
+        mine = g[unknown]
+        t[unknown] = np.where((j > 0) & (g[b] == mine), t[b], np.where((j < len(known)) & (g[a] == mine), t[a], -1))
     out = np.empty_like(tid)
-    out[order] = np.where(t >= 0, t, filled)
+    out[order] = t
     return out
 
 

@@ -111,6 +111,23 @@ def million(kernels: tuple[int, ...], repeat: int) -> list[dict]:
     return rows
 
 
+def kineto_memory(decodes: tuple[int, ...]) -> list[dict]:
+    """Peak memory of ``layerc trace`` on generated Kineto traces of growing size (DeepSeek-V3,
+    61 layers, ``decodes`` graph-replayed decode passes), per GB of the file and of its JSON."""
+    import gzip
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="layerc-bench-kineto-") as tmp:
+        for d in decodes:
+            path = Path(tmp) / f"d{d}.json.gz"
+            run([*LAYERC, "gen-trace", str(path), "--model", "deepseek_v3", "--prefill", "2", "--decode", str(d)])
+            with gzip.open(path) as f:
+                text = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 24), b""))
+            seconds, peak = best([*LAYERC, "trace", str(path)], 1)
+            rows.append({"decodes": d, "file_gb": path.stat().st_size / 1e9, "json_gb": text / 1e9, "trace_s": seconds, "peak_mb": peak})
+    return rows
+
+
 def report(figures: dict) -> str:
     s = figures["startup"]
     out = [f"`layerc --help`: {s['help_s'] * 1e3:.0f} ms against {s['python_s'] * 1e3:.0f} ms for `python -c pass` "
@@ -132,6 +149,14 @@ def report(figures: dict) -> str:
             growth = (b["peak_mb"] - a["peak_mb"]) / 1024 / (b["input_gb"] - a["input_gb"])
             out.append(f"\n{b['kernels']:,} kernels take {b['trace_s'] / a['trace_s']:.2f}x the time of {a['kernels']:,}; "
                        f"peak memory grows by {growth:.2f} GB per GB of input between them.")
+    if figures.get("kineto"):
+        out += ["", "| Kineto trace (DeepSeek-V3, 2 prefill + N decode passes) | file | JSON | `layerc trace` | peak MB |", "|---|---|---|---|---|"]
+        out += [f"| N = {r['decodes']} | {r['file_gb'] * 1e3:.0f} MB | {r['json_gb'] * 1e3:.0f} MB | {r['trace_s']:.2f} s | {r['peak_mb']:.0f} |"
+                for r in figures["kineto"]]
+        a, b = figures["kineto"][0], figures["kineto"][-1]
+        grow = (b["peak_mb"] - a["peak_mb"]) / 1024
+        out.append(f"\nPeak memory grows by {grow / (b['json_gb'] - a['json_gb']):.2f} GB per GB of JSON "
+                   f"({grow / (b['file_gb'] - a['file_gb']):.2f} GB per GB of the gzipped file) between them.")
     return "\n".join(out) + "\n"
 
 
@@ -146,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = {"startup": startup(15), "small": small_traces(repeat), "reader": reader(repeat)}
     if not args.no_million:
         figures["million"] = million((1_000_000,) if args.quick else (1_000_000, 5_000_000), 1 if args.quick else 2)
+        figures["kineto"] = kineto_memory((50, 400) if not args.quick else (25, 100))
     sys.stdout.write(report(figures))
     return 0
 

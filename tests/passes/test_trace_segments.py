@@ -1,0 +1,28 @@
+"""Pass splitting's helpers against their definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from layerc.passes.trace_segments import _fill_threads
+
+KERNELS = st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 3), st.integers(0, 20)))  # (thread, group, start)
+
+
+@given(KERNELS, st.booleans())
+def test_an_unknown_thread_is_its_groups_nearest_known_one_before_else_after(rows, in_start_order):
+    if in_start_order:  # the trace IR's order (a faster path), or any
+        rows = sorted(rows, key=lambda r: r[2])
+    tid, group, start = (np.array(c, np.int64).reshape(-1) for c in zip(*rows)) if rows else (np.empty(0, np.int64),) * 3
+    got = _fill_threads(tid, group, start).tolist()
+    order = sorted(range(len(rows)), key=lambda i: (rows[i][1], rows[i][2], i))  # each group in start order
+    for place, i in enumerate(order):
+        t, g, _ = rows[i]
+        if t >= 0:
+            assert got[i] == t
+            continue
+        same = [j for j in order if rows[j][1] == g and rows[j][0] >= 0]
+        before = [j for j in same if order.index(j) < place]
+        after = [j for j in same if order.index(j) > place]
+        assert got[i] == (rows[before[-1]][0] if before else rows[after[0]][0] if after else -1)
