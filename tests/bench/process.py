@@ -128,6 +128,33 @@ def kineto_memory(decodes: tuple[int, ...]) -> list[dict]:
     return rows
 
 
+def commands(repeat: int) -> list[dict]:
+    """Whole ``layer``, ``opt``, ``mem`` and ``perfetto`` processes on generated inputs."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="layerc-bench-commands-") as tmp:
+        dump, plans, kineto = Path(tmp) / "dump", Path(tmp) / "plans", Path(tmp) / "serving.json.gz"
+        run([*LAYERC, "gen-dump", "deepseek_v3", str(dump)])
+        run([*LAYERC, "gen-mem", str(plans)])
+        run([*LAYERC, "gen-trace", str(kineto), "--model", "deepseek_v3", "--tp", "8"])
+        out = Path(tmp) / "out"
+        for what, argv in (
+            ("`layer` (61-layer DeepSeek-V3 dump, layer 5: JSON, DOT, PNG, SVG)", ["layer", str(dump), "5", "-o", str(out / "layer")]),
+            ("`layer` (the same, JSON only)", ["layer", str(dump), "5", "-o", str(out / "json"), "--format", "json"]),
+            ("`opt` (parse, verify, print the dump)", ["opt", str(dump), "-o", str(out / "opt.txt")]),
+            ("`mem` (a flash-attention-backward memory plan: checks, JSON, Perfetto, pictures)", ["mem", str(plans), "-o", str(out / "mem")]),
+            ("`trace` (DeepSeek-V3 TP8 serving trace, Kineto)", ["trace", str(kineto)]),
+            ("`perfetto` (the same trace)", ["perfetto", str(kineto), "-o", str(out / "serving.pftrace")]),
+        ):
+            seconds, peak = best([*LAYERC, *argv], repeat)
+            rows.append({"what": what, "input_mb": _size(argv[1]) / 1e6, "seconds": seconds, "peak_mb": peak})
+    return rows
+
+
+def _size(path: str) -> int:
+    p = Path(path)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+
+
 def report(figures: dict) -> str:
     s = figures["startup"]
     out = [f"`layerc --help`: {s['help_s'] * 1e3:.0f} ms against {s['python_s'] * 1e3:.0f} ms for `python -c pass` "
@@ -149,6 +176,9 @@ def report(figures: dict) -> str:
             growth = (b["peak_mb"] - a["peak_mb"]) / 1024 / (b["input_gb"] - a["input_gb"])
             out.append(f"\n{b['kernels']:,} kernels take {b['trace_s'] / a['trace_s']:.2f}x the time of {a['kernels']:,}; "
                        f"peak memory grows by {growth:.2f} GB per GB of input between them.")
+    if figures.get("commands"):
+        out += ["", "| command (generated input) | input | time | peak MB |", "|---|---|---|---|"]
+        out += [f"| {r['what']} | {r['input_mb']:.1f} MB | {r['seconds']:.2f} s | {r['peak_mb']:.0f} |" for r in figures["commands"]]
     if figures.get("kineto"):
         out += ["", "| Kineto trace (DeepSeek-V3, 2 prefill + N decode passes) | file | JSON | `layerc trace` | peak MB |", "|---|---|---|---|---|"]
         out += [f"| N = {r['decodes']} | {r['file_gb'] * 1e3:.0f} MB | {r['json_gb'] * 1e3:.0f} MB | {r['trace_s']:.2f} s | {r['peak_mb']:.0f} |"
@@ -168,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     repeat = 3 if args.quick else 5
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "layerc"), *(str(ROOT / d) for d in
                     ("ir", "grammar", "passes", "backends", "tools"))], env=ENV, check=False)  # the bytecode, once
-    figures = {"startup": startup(15), "small": small_traces(repeat), "reader": reader(repeat)}
+    figures = {"startup": startup(15), "small": small_traces(repeat), "reader": reader(repeat), "commands": commands(3 if args.quick else 5)}
     if not args.no_million:
         figures["million"] = million((1_000_000,) if args.quick else (1_000_000, 5_000_000), 1 if args.quick else 2)
-        figures["kineto"] = kineto_memory((50, 400) if not args.quick else (25, 100))
+        figures["kineto"] = kineto_memory((25, 100) if args.quick else (50, 400, 1400))  # 1400: about 1 GB of JSON
     sys.stdout.write(report(figures))
     return 0
 
