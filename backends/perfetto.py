@@ -587,6 +587,9 @@ def _check_layer_of(trace: Trace, layer_of) -> np.ndarray | None:
 
 
 def _span(s: Any, i: int) -> Span:
+    if (type(s) is Span and type(s.name) is str and type(s.start) is int and type(s.end) is int and type(s.track) is str
+            and (s.device is None or (type(s.device) is int and s.device >= 0)) and type(s.args) is dict):
+        return s  # already what the rest below would make of it
     get = s.get if isinstance(s, dict) else (lambda key, default=None: getattr(s, key, default))
     name, start, end = get("name"), get("start"), get("end")
     if name is None or start is None or end is None:

@@ -256,10 +256,12 @@ def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
         bounds = zip(passes.tolist(), np.minimum.reduceat(k.start[order], at).tolist(), np.maximum.reduceat(k.end[order], at).tolist(),
                      k.device[order[at]].tolist())
         spans.extend(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", start, end, "passes", device) for q, start, end, device in bounds)
-    for r in np.nonzero(a.rows)[0].tolist():
-        spans.append(Span(f"layer {int(t.index[r])} {t.type[r]}", int(t.start[r]), int(t.end[r]), "layers", int(k.device[int(t.first[r])]),
-                          {"layer": int(t.index[r]), "type": t.type[r], "stage": stage_name(int(t.stage[r])),
-                           "kernels": int(t.kernel_count[r]), "pass": int(t.pass_index[r])}))
+    rows = np.nonzero(a.rows)[0]
+    stages = {s: stage_name(s) for s in set(t.stage[rows].tolist())}
+    for r, index, start, end, device, stage, count, q in zip(
+            rows.tolist(), *(c[rows].tolist() for c in (t.index, t.start, t.end, k.device[t.first], t.stage, t.kernel_count, t.pass_index))):
+        spans.append(Span(f"layer {index} {t.type[r]}", start, end, "layers", device,
+                          {"layer": index, "type": t.type[r], "stage": stages[stage], "kernels": count, "pass": q}))
     write = write_chrome_json if fmt == "json" else write_pftrace
     stats = write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1)) or {}
     return {**stats, "spans": len(spans)}
