@@ -834,9 +834,17 @@ _TABLES = {"kernels": Kernels, "launches": Launches, "cpu_ops": CpuOps, "annotat
 
 
 def _concat(cls, parts: list[dict]):
+    """The table from its parts, a column at a time in its final type, each column's parts let go
+    as it is made: the peak is the parts and one column, not the parts and the whole table."""
     if not parts:
         return cls.empty()
-    return cls.from_columns({name: np.concatenate([p[name] for p in parts]) for name in parts[0]})
+    columns = {}
+    for name in list(parts[0]):
+        pieces = [p.pop(name) for p in parts]
+        columns[name] = np.concatenate(pieces, dtype=cls.COLUMNS.get(name, pieces[0].dtype), casting="unsafe")
+        del pieces
+    parts.clear()
+    return cls.from_columns(columns)
 
 
 def _times(ts: list, dur: list) -> tuple[np.ndarray, np.ndarray]:
