@@ -204,7 +204,9 @@ class _Layout:
     # rows ---------------------------------------------------------------------------------------
     def _valid(self, kind: int, start: np.ndarray | list[int], end: np.ndarray | list[int]) -> _Rows:
         begins = np.asarray(start, np.int64)
-        ends = np.maximum(np.asarray(end, np.int64), begins)
+        ends = np.asarray(end, np.int64)
+        if (ends < begins).any():  # (a copy only where some end comes before its start)
+            ends = np.maximum(ends, begins)
         self.skipped += int((begins < 0).sum())
         return _Rows(kind, begins, ends)
 
@@ -434,9 +436,17 @@ class _Layout:
         k, n = t.kernels, self.names
         self.grid = _triple_iids(n, k.grid_x, k.grid_y, k.grid_z)
         self.block = _triple_iids(n, k.block_x, k.block_y, k.block_z)
-        self.shared = np.where((k.shared_static >= 0) | (k.shared_dynamic >= 0),
-                               np.maximum(k.shared_static, 0) + np.maximum(k.shared_dynamic, 0), -1).astype(np.int32)
-        self.full = np.where(k.name >= 0, k.name + 1, 0).astype(np.int32)
+
+    def full(self, b: np.ndarray) -> np.ndarray:
+        """iids of kernels ``b``'s full names (0: none); made per batch, not kept per kernel."""
+        name = self.trace.kernels.name[b]
+        return np.where(name >= 0, name + 1, 0).astype(np.int32)
+
+    def shared(self, b: np.ndarray) -> np.ndarray:
+        """Kernels ``b``'s static + dynamic shared memory (-1: neither known)."""
+        k = self.trace.kernels
+        st, dy = k.shared_static[b], k.shared_dynamic[b]
+        return np.where((st >= 0) | (dy >= 0), np.maximum(st, 0) + np.maximum(dy, 0), -1).astype(np.int32)
 
     # event order ------------------------------------------------------------------------------
     def events(self, ends: bool = True, window: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -583,7 +593,7 @@ def _check_layer_of(trace: Trace, layer_of) -> np.ndarray | None:
     if a.ndim != 1 or len(a) != len(trace.kernels) or not np.issubdtype(a.dtype, np.integer):
         raise LayercError(f"layer_of must be an integer array with one entry per kernel ({len(trace.kernels)}), "
                           f"not {a.dtype} of shape {a.shape}")
-    return a.astype(np.int64)
+    return a.astype(np.int64, copy=False)
 
 
 def _span(s: Any, i: int) -> Span:
@@ -742,11 +752,12 @@ class _ProtoWriter:
         if k == K_KERNEL:
             kk = t.kernels
             layer = lay.layer_of[b] if lay.layer_of is not None else np.full(len(b), -1)
-            strings((_ARG["full name"], lay.full[b]), (_ARG["grid"], lay.grid[b]), (_ARG["block"], lay.block[b]))
-            ints((_ARG["registers per thread"], kk.registers[b]), (_ARG["shared memory"], lay.shared[b]), (_ARG["graph id"], kk.graph_id[b]),
+            full = lay.full(b)
+            strings((_ARG["full name"], full), (_ARG["grid"], lay.grid[b]), (_ARG["block"], lay.block[b]))
+            ints((_ARG["registers per thread"], kk.registers[b]), (_ARG["shared memory"], lay.shared(b)), (_ARG["graph id"], kk.graph_id[b]),
                  (_A_CORRELATION, kk.correlation[b]), (_A_NODE, kk.graph_node_id[b]), (_A_EXTERNAL, kk.external_id[b]), (_A_LAYER, layer))
             ending(lay.kernel_flow[b])
-            return np.concatenate([lay.full[b], lay.grid[b], lay.block[b]])
+            return np.concatenate([full, lay.grid[b], lay.block[b]])
         if k == K_MEMOP:
             mm = t.memops
             ints((_ARG["bytes"], mm.bytes[b]), (_A_CORRELATION, mm.correlation[b]), (_A_NODE, mm.graph_node_id[b]))
@@ -913,11 +924,11 @@ class _JsonWriter:
         n = len(b)
         if k == K_KERNEL:
             kk = t.kernels
-            full = [lay.names.text(i) if i else None for i in lay.full[b].tolist()]
+            full = [lay.names.text(i) if i else None for i in lay.full(b).tolist()]
             grid = np.stack([kk.grid_x[b], kk.grid_y[b], kk.grid_z[b]], 1).tolist()
             block = np.stack([kk.block_x[b], kk.block_y[b], kk.block_z[b]], 1).tolist()
             ints = {"device": kk.device[b], "stream": kk.stream[b], "registers per thread": kk.registers[b],
-                    "shared memory": lay.shared[b], "correlation": kk.correlation[b], "graph id": kk.graph_id[b],
+                    "shared memory": lay.shared(b), "correlation": kk.correlation[b], "graph id": kk.graph_id[b],
                     "graph node id": kk.graph_node_id[b], "External id": kk.external_id[b]}
             if lay.layer_of is not None:
                 ints["layer"] = lay.layer_of[b]
