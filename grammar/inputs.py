@@ -243,11 +243,14 @@ def sqlite_connect(path: str | os.PathLike):
     import sqlite3
 
     p = check_file(path)
-    uri = "file:" + urllib.parse.quote(os.path.abspath(p), safe="/") + "?mode=ro&immutable=1"
     try:
-        return sqlite3.connect(uri, uri=True)
+        return sqlite3.connect(_sqlite_uri(p), uri=True)
     except sqlite3.Error as e:
         raise LayercError(f"cannot open {p} as an SQLite database: {e}", str(p)) from None
+
+
+def _sqlite_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(os.path.abspath(path), safe="/") + "?mode=ro&immutable=1"
 
 
 class ColumnsError(ValueError):
@@ -285,25 +288,25 @@ def _sqlite_columns(path: str | os.PathLike, select: list[str], source: str, cou
     import numpy as np
     import pyarrow as pa
 
-    uri = "file:" + urllib.parse.quote(os.path.abspath(check_file(path)), safe="/") + "?mode=ro&immutable=1"
     out = [np.empty(count, np.int64) for _ in select]
     at = 0
     try:
-        with adbc_driver_sqlite.connect(uri) as db, adbc_driver_manager.AdbcConnection(db) as conn, \
+        with adbc_driver_sqlite.connect(_sqlite_uri(check_file(path))) as db, adbc_driver_manager.AdbcConnection(db) as conn, \
                 adbc_driver_manager.AdbcStatement(conn) as statement:
             statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
             statement.set_sql_query(f"SELECT {', '.join(select)} {source} ORDER BY rowid")
             stream, _ = statement.execute_query()
-            for batch in pa.RecordBatchReader.from_stream(stream):
-                n = batch.num_rows
-                if at + n > count:
-                    raise ColumnsError(f"more rows than the {count} counted")
-                for i, column in enumerate(batch.columns):
-                    if column.type != pa.int64() or column.null_count:
-                        raise ColumnsError(f"'{select[i]}' holds {column.type} values or NULL")
-                    data = column.buffers()[1]  # (to_numpy would import pandas)
-                    out[i][at:at + n] = np.frombuffer(data, np.int64, n, column.offset * 8)
-                at += n
+            with pa.RecordBatchReader.from_stream(stream) as batches:  # (closed before its statement)
+                for batch in batches:
+                    n = batch.num_rows
+                    if at + n > count:
+                        raise ColumnsError(f"more rows than the {count} counted")
+                    for i, column in enumerate(batch.columns):
+                        if column.type != pa.int64() or column.null_count:
+                            raise ColumnsError(f"'{select[i]}' holds {column.type} values or NULL")
+                        data = column.buffers()[1]  # (to_numpy would import pandas)
+                        out[i][at:at + n] = np.frombuffer(data, np.int64, n, column.offset * 8)
+                    at += n
     except (OSError, adbc_driver_manager.Error, pa.ArrowException) as e:
         raise ColumnsError(str(e)) from None
     return [c[:at] for c in out]
