@@ -283,11 +283,15 @@ def _sqlite_columns(path: str | os.PathLike, select: list[str], source: str, cou
     # The driver manager's own statement API, its stream read by pyarrow (which lets go of the
     # GIL while the driver steps through rows); the DB-API module would also import pyarrow's
     # datasets and pandas (0.2 s).
-    import adbc_driver_manager
-    import adbc_driver_sqlite
     import numpy as np
-    import pyarrow as pa
 
+    try:
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+        import pyarrow as pa
+    except ImportError as e:  # pragma: no cover - declared dependencies, but say what to install
+        raise LayercError(f"reading an Nsight Systems export needs adbc-driver-sqlite and pyarrow "
+                          f"(pip install adbc-driver-sqlite pyarrow): {e}", str(path)) from None
     out = [np.empty(count, np.int64) for _ in select]
     at = 0
     try:
