@@ -790,8 +790,8 @@ class _ProtoWriter:
         which = np.full((max(len(sp.args) for sp in spans), te.n), -1, np.int64)
         for row, sp in zip(at.tolist(), spans):
             for j, (key, value) in enumerate(sp.args.items()):
-                if not isinstance(value, (bool, int, float)):
-                    value = str(value)  # as it is written (a list, a dict... would not serve as a key)
+                if not isinstance(value, (bool, int, float)) or (type(value) is int and not -(1 << 63) <= value < 1 << 63):
+                    value = str(value)  # as it is written (a list, a dict... would not serve as a key; an int past int64)
                 token = (str(key), type(value), value)
                 i = known.get(token)
                 if i is None:

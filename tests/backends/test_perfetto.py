@@ -598,7 +598,7 @@ def test_span_arguments_of_any_value_type_are_written(tmp_path):
     """Spans from the API may carry any values: bools, ints, floats as themselves, anything else
     (a list, a dict, None) as its text; alike (name, value) pairs share one encoding."""
     t, _ = synthetic(20, devices=1, streams=1, replay_every=0, cpu=False)
-    args = {"flag": True, "n": -3, "x": 0.5, "dims": [1, 2], "meta": {"a": 1}, "none": None}
+    args = {"flag": True, "n": -3, "x": 0.5, "dims": [1, 2], "meta": {"a": 1}, "none": None, "big": 1 << 70}
     spans = [{"name": f"s{i}", "start": 0, "end": 10**9, "track": "run", "args": args if i else {"n": -3}} for i in range(3)]
     out = tmp_path / "args.pftrace"
     write_pftrace(t, out, spans=spans)
@@ -608,6 +608,6 @@ def test_span_arguments_of_any_value_type_are_written(tmp_path):
            for p in trace.packet if p.HasField("track_event") and any(d.name for d in p.track_event.debug_annotations)]
     assert got[0] == [("n", "int_value")]
     assert got[1] == got[2] == [("flag", "bool_value"), ("n", "int_value"), ("x", "double_value"), ("dims", "string_value"),
-                                ("meta", "string_value"), ("none", "string_value")]
+                                ("meta", "string_value"), ("none", "string_value"), ("big", "string_value")]
     values = {d.name: d for p in trace.packet for d in p.track_event.debug_annotations if d.name}
     assert values["dims"].string_value == "[1, 2]" and values["none"].string_value == "None" and values["n"].int_value == -3
