@@ -297,7 +297,10 @@ def _sqlite_columns(path: str | os.PathLike, select: list[str], source: str, cou
     try:
         with adbc_driver_sqlite.connect(_sqlite_uri(check_file(path))) as db, adbc_driver_manager.AdbcConnection(db) as conn, \
                 adbc_driver_manager.AdbcStatement(conn) as statement:
-            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            try:
+                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            except adbc_driver_manager.Error:  # a driver without the option: its own batch size
+                pass
             statement.set_sql_query(f"SELECT {', '.join(select)} {source} ORDER BY rowid")
             stream, _ = statement.execute_query()
             with pa.RecordBatchReader.from_stream(stream) as batches:  # (closed before its statement)
