@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 #: wire type of each FieldDescriptor type that has one here (the protobuf encoding spec)
-_VARINT_TYPES = {3, 4, 5, 8, 13, 14, 17, 18}  # int64, uint64, int32, bool, uint32, enum (sint: zigzag, unused)
+_VARINT_TYPES = {3, 4, 5, 8, 13, 14}  # int64, uint64, int32, bool, uint32, enum (sint32/64 are zigzag: not written here)
 _FIXED64_TYPES = {1, 6, 16}  # double, fixed64, sfixed64
 _MESSAGE_TYPE = 11
 

@@ -44,6 +44,7 @@ path ending in ``.gz`` is gzip-compressed (the Perfetto UI opens gzipped traces)
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, cast
 
@@ -597,7 +598,7 @@ def _check_layer_of(trace: Trace, layer_of) -> np.ndarray | None:
 
 
 def _span(s: Any, i: int) -> Span:
-    if (type(s) is Span and type(s.name) is str and type(s.start) is int and type(s.end) is int and type(s.track) is str
+    if (type(s) is Span and type(s.name) is str and type(s.start) is int and type(s.end) is int and type(s.track) is str and s.track
             and (s.device is None or (type(s.device) is int and s.device >= 0)) and type(s.args) is dict):
         return s  # already what the rest below would make of it
     get = s.get if isinstance(s, dict) else (lambda key, default=None: getattr(s, key, default))
@@ -792,7 +793,7 @@ class _ProtoWriter:
             for j, (key, value) in enumerate(sp.args.items()):
                 if not isinstance(value, (bool, int, float)) or (type(value) is int and not -(1 << 63) <= value < 1 << 63):
                     value = str(value)  # as it is written (a list, a dict... would not serve as a key; an int past int64)
-                token = (str(key), type(value), value)
+                token = (str(key), type(value), struct.pack("<d", value) if type(value) is float else value)  # (-0.0 is not 0.0)
                 i = known.get(token)
                 if i is None:
                     i = known[token] = len(blobs)

@@ -355,12 +355,12 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of the values present, numbered by a running count."""
     values = np.asarray(values).reshape(-1)
     if not len(values):
-        return values.astype(np.int64), np.empty(0, np.int64)
+        return values.copy(), np.empty(0, np.int64)
     lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 4 * len(values) + 4096:  # sparse: the distinct values (hashed), then a search
+    if hi - lo > 4 * len(values) + 4096 or values.dtype.kind != "i":  # sparse: the distinct values (hashed), then a search
         ids = np.unique(values)
         return ids, np.searchsorted(ids, values).astype(np.int64)
-    shifted = values - lo
+    shifted = values.astype(np.int64) - lo  # (in the column's own type, int8 or int16 would wrap)
     present = np.zeros(hi - lo + 1, bool)
     present[shifted] = True
     ids = np.flatnonzero(present)

@@ -84,7 +84,9 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     order = np.argsort(group, kind="stable") if not (np.diff(start) < 0).any() else np.lexsort((start, group))
     t, g = tid[order], group[order]
     known, unknown = np.flatnonzero(t >= 0), np.flatnonzero(t < 0)
-    if len(known):  # each unknown between the known ones around it: a search per unknown, not a scan of all
+    if not len(known):
+        t[unknown] = -1
+    else:  # each unknown between the known ones around it: a search per unknown, not a scan of all
         j = np.searchsorted(known, unknown)
         b, a = known[np.maximum(j - 1, 0)], known[np.minimum(j, len(known) - 1)]
         mine = g[unknown]

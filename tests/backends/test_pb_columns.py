@@ -111,6 +111,10 @@ def test_a_field_of_another_type_or_count_is_refused():
     rows = Rows(pb.TrackEvent.DESCRIPTOR, 3)
     with pytest.raises(TypeError):
         rows.varint("debug_annotations", 1)
+    sints = [f for f in pb.TestConfig.DummyFields.DESCRIPTOR.fields if f.type in (17, 18)]  # zigzag varints: not written
+    assert sints
+    with pytest.raises(TypeError):
+        Rows(pb.TestConfig.DummyFields.DESCRIPTOR, 1).varint(sints[0].name, -1)
     with pytest.raises(ValueError):
         rows.varint("track_uuid", np.arange(2))
     with pytest.raises(ValueError):

@@ -600,6 +600,7 @@ def test_span_arguments_of_any_value_type_are_written(tmp_path):
     t, _ = synthetic(20, devices=1, streams=1, replay_every=0, cpu=False)
     args = {"flag": True, "n": -3, "x": 0.5, "dims": [1, 2], "meta": {"a": 1}, "none": None, "big": 1 << 70}
     spans = [{"name": f"s{i}", "start": 0, "end": 10**9, "track": "run", "args": args if i else {"n": -3}} for i in range(3)]
+    spans += [Span("zero", 0, 10**9, "run", None, {"z": 0.0}), Span("negative zero", 0, 10**9, "", None, {"z": -0.0})]
     out = tmp_path / "args.pftrace"
     write_pftrace(t, out, spans=spans)
     trace = PbTrace()
@@ -611,3 +612,6 @@ def test_span_arguments_of_any_value_type_are_written(tmp_path):
                                 ("meta", "string_value"), ("none", "string_value"), ("big", "string_value")]
     values = {d.name: d for p in trace.packet for d in p.track_event.debug_annotations if d.name}
     assert values["dims"].string_value == "[1, 2]" and values["none"].string_value == "None" and values["n"].int_value == -3
+    zeros = [str(d.double_value) for p in trace.packet for d in p.track_event.debug_annotations if d.name == "z"]
+    assert zeros == ["0.0", "-0.0"]  # equal values that encode apart are not shared
+    assert pf._span(Span("a", 0, 1, "", None, {}), 0).track == "spans"  # an empty track name means the default

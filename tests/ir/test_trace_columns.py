@@ -11,9 +11,10 @@ COLUMNS = st.one_of(st.lists(st.integers(-5, 60)),  # ids: a dense range, the ta
                     st.lists(st.integers(-(1 << 62), 1 << 62)))  # sparse keys: the search path
 
 
-@given(COLUMNS)
+@given(COLUMNS | st.tuples(st.lists(st.integers(-128, 127)), st.sampled_from([np.int8, np.int16, np.uint8, np.int32])))
 def test_unique_inverse_is_np_unique(values):
-    v = np.array(values, np.int64)
+    values, dtype = values if isinstance(values, tuple) else (values, np.int64)  # narrow types must not wrap
+    v = np.array(values, np.int64).astype(dtype)
     ids, inverse = unique_inverse(v)
     want_ids, want_inverse = np.unique(v, return_inverse=True)
     assert ids.tolist() == want_ids.tolist() and ids.dtype == v.dtype
