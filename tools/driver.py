@@ -146,6 +146,9 @@ def _run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namesp
         sys.stderr.write("layerc: error: out of memory reading the input\n")
         return 1
     except Exception as e:  # a bug in layerc: say so in one line, keep tracebacks for developers
+        if _terminating:  # SIGTERM inside C code (an extension's import) comes out as that code's error
+            sys.stderr.write("layerc: terminated\n")
+            return 143
         if os.environ.get("LAYERC_TRACEBACK"):
             raise
         sys.stderr.write(f"layerc: internal error: {type(e).__name__}: {e} (set LAYERC_TRACEBACK=1 for details)\n")
@@ -156,7 +159,12 @@ class Terminated(BaseException):
     """SIGTERM, raised where the program is so that every cleanup on the way out runs."""
 
 
+_terminating = False  #: a SIGTERM came: whatever error follows, the run was terminated
+
+
 def _terminated(signum, frame) -> None:
+    global _terminating
+    _terminating = True
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     raise Terminated()
 

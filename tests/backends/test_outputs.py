@@ -371,3 +371,29 @@ def test_without_graphviz_json_and_dot_are_written_and_one_warning_says_how_to_i
     assert sorted(p.suffix for p in out.iterdir()) == [".dot", ".json"]
     warnings = [line for line in r.stderr.decode().splitlines() if "warning" in line]
     assert len(warnings) == 1 and "Graphviz" in warnings[0] and "apt-get install graphviz" in warnings[0]
+
+
+def test_sigterm_inside_c_code_is_reported_as_terminated(monkeypatch, capsys):
+    """A SIGTERM that lands inside C code (numpy's extension importing a module, say) comes out as
+    that code's own error (an ImportError): the run still ends as terminated, not as a bug."""
+    import argparse
+    import signal
+
+    from layerc.ir.diagnostics import DiagnosticEngine
+    from layerc.tools import driver
+
+    def run(args):
+        try:
+            driver._terminated(signal.SIGTERM, None)
+        except driver.Terminated as e:
+            raise ImportError("PyCapsule_Import could not import module \"datetime\"") from e
+
+    monkeypatch.setattr(driver, "_terminating", False)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        args = argparse.Namespace(max_decompressed=None, diagnostics=DiagnosticEngine(sys.stderr, "text"))
+        assert driver._run_command(run, args) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert "terminated" in err and "internal error" not in err
