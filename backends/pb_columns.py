@@ -137,7 +137,7 @@ class Rows:
         if self._size is None:
             size = np.zeros(self.n, np.int64)
             for _, _, part in self._parts:
-                part.add_sizes(size)
+                part.add_to(size)
             self._size = size
         return self._size
 
@@ -145,7 +145,8 @@ class Rows:
         """Write every row at its offset in ``out`` (uint8)."""
         cursor = np.array(at, np.int64)
         for _, _, part in sorted(self._parts, key=lambda p: (p[0], p[1])):
-            part.write(out, cursor)  # and moves the cursor of each row it writes past it
+            part.write(out, cursor)
+            part.add_to(cursor)  # past what it wrote
 
     def tobytes(self) -> bytes:
         """The rows one after the other (a ``Trace`` of packets is its ``packet`` rows so)."""
@@ -158,37 +159,32 @@ class Rows:
 
 
 class _Part:
-    rows: np.ndarray | None = None  #: the rows that have the field (None: all)
+    """One field of the rows that have it (``rows``; None: all), ``size`` bytes each (one number,
+    or one per row that has it); ``write`` puts it at ``cursor[rows]``."""
 
-    def add_sizes(self, size: np.ndarray) -> None:
-        raise NotImplementedError
+    rows: np.ndarray | None = None
+    size: np.ndarray | int = 0
 
-    def write(self, out: np.ndarray, cursor: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def _grow(self, size: np.ndarray, by: np.ndarray | int) -> None:
+    def add_to(self, offsets: np.ndarray) -> None:
+        """Add the field's size to ``offsets`` (row sizes, or a cursor) of the rows that have it."""
         if self.rows is None:
-            size += by
+            offsets += self.size
         else:
-            size[self.rows] += by
+            offsets[self.rows] += self.size
 
     def _at(self, cursor: np.ndarray) -> np.ndarray:
         return cursor if self.rows is None else cursor[self.rows]
 
-    def _advance(self, cursor: np.ndarray, by: np.ndarray | int) -> None:
-        self._grow(cursor, by)
+    def write(self, out: np.ndarray, cursor: np.ndarray) -> None:
+        raise NotImplementedError
 
 
 class _Constant(_Part):
     def __init__(self, data: bytes, rows: np.ndarray | None):
-        self.data, self.rows = data, rows
-
-    def add_sizes(self, size) -> None:
-        self._grow(size, len(self.data))
+        self.data, self.rows, self.size = data, rows, len(data)
 
     def write(self, out, cursor) -> None:
         put_bytes(out, self._at(cursor), self.data)
-        self._advance(cursor, len(self.data))
 
 
 class _Varint(_Part):
@@ -196,46 +192,34 @@ class _Varint(_Part):
         self.tag, self.values, self.rows = tag, values, rows
         self.size = len(tag) + varint_size(values)
 
-    def add_sizes(self, size) -> None:
-        self._grow(size, self.size)
-
     def write(self, out, cursor) -> None:
         at = self._at(cursor)
         put_bytes(out, at, self.tag)
         put_varints(out, at + len(self.tag), self.values)
-        self._advance(cursor, self.size)
 
 
 class _Fixed64(_Part):
     def __init__(self, tag: bytes, values: np.ndarray, rows: np.ndarray | None):
-        self.tag, self.values, self.rows = tag, values, rows
-
-    def add_sizes(self, size) -> None:
-        self._grow(size, len(self.tag) + 8)
+        self.tag, self.values, self.rows, self.size = tag, values, rows, len(tag) + 8
 
     def write(self, out, cursor) -> None:
         at = self._at(cursor)
         put_bytes(out, at, self.tag)
         _put_fixed64(out, at + len(self.tag), self.values)
-        self._advance(cursor, len(self.tag) + 8)
 
 
 class _RepeatedFixed64(_Part):
     def __init__(self, tag: bytes, values: np.ndarray, counts: np.ndarray):
         self.tag, self.values, self.counts = tag, values, counts
-
-    def add_sizes(self, size) -> None:
-        size += self.counts * (len(self.tag) + 8)
+        self.size = counts * (len(tag) + 8)
 
     def write(self, out, cursor) -> None:
         counts = self.counts
         row = np.repeat(np.arange(len(counts)), counts)
         place = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)  # each value's place in its row
-        step = len(self.tag) + 8
-        at = cursor[row] + place * step
+        at = cursor[row] + place * (len(self.tag) + 8)
         put_bytes(out, at, self.tag)
         _put_fixed64(out, at + len(self.tag), self.values)
-        cursor += counts * step
 
 
 class _Message(_Part):
@@ -245,34 +229,27 @@ class _Message(_Part):
         self.head = len(tag) + varint_size(inner)
         self.size = self.head + inner
 
-    def add_sizes(self, size) -> None:
-        self._grow(size, self.size)
-
     def write(self, out, cursor) -> None:
         at = self._at(cursor)
         put_bytes(out, at, self.tag)
         put_varints(out, at + len(self.tag), self.size - self.head)
         self.inner.write(out, at + self.head)
-        self._advance(cursor, self.size)
 
 
 class _Encoded(_Part):
     def __init__(self, blobs: list[bytes], which: np.ndarray):
         self.buffer = np.frombuffer(b"".join(blobs), np.uint8)
-        self.length = np.array([len(b) for b in blobs] + [0], np.int64)  # [-1]: none
-        self.start = np.concatenate([[0], np.cumsum(self.length[:-1])]).astype(np.int64)
+        length = np.array([len(b) for b in blobs] + [0], np.int64)  # [-1]: none
+        self.start = np.concatenate([[0], np.cumsum(length[:-1])]).astype(np.int64)
         self.which = which
-
-    def add_sizes(self, size) -> None:
-        size += self.length[self.which]
+        self.size = length[which]
 
     def write(self, out, cursor) -> None:
-        length = self.length[self.which]
+        length = self.size
         total = int(length.sum())
         if total:
             inside = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
             out[np.repeat(cursor, length) + inside] = self.buffer[np.repeat(self.start[self.which], length) + inside]
-        cursor += length
 
 
 def _put_fixed64(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:

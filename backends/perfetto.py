@@ -732,12 +732,15 @@ class _ProtoWriter:
         lay, t, da = self.lay, self.lay.trace, self._da
         at = np.flatnonzero(mb)
 
+        def among(has: np.ndarray) -> np.ndarray:  # the rows of ``te`` whose BEGIN event ``has`` marks
+            present = np.zeros(te.n, bool)
+            present[at[has]] = True
+            return present
+
         def annotations(field: str, pairs: tuple[tuple[int, np.ndarray], ...], keep) -> None:
             for iid, values in pairs:
                 has = keep(values)
-                present = np.zeros(te.n, bool)
-                present[at[has]] = True
-                te.message("debug_annotations", Rows(da, int(has.sum())).varint("name_iid", iid).varint(field, values[has]), present)
+                te.message("debug_annotations", Rows(da, int(has.sum())).varint("name_iid", iid).varint(field, values[has]), among(has))
 
         def strings(*pairs: tuple[int, np.ndarray]) -> None:
             annotations("string_value_iid", pairs, lambda v: v > 0)
@@ -746,9 +749,7 @@ class _ProtoWriter:
             annotations("int_value", pairs, lambda v: v >= 0)
 
         def ending(flow: np.ndarray) -> None:
-            present = np.zeros(te.n, bool)
-            present[at[flow != 0]] = True
-            te.fixed64("terminating_flow_ids", flow[flow != 0], present)
+            te.fixed64("terminating_flow_ids", flow[flow != 0], among(flow != 0))
 
         if k == K_KERNEL:
             kk = t.kernels
