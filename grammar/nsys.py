@@ -40,6 +40,7 @@ from layerc.ir.trace import (
     Strings,
     Trace,
     distinct,
+    unique_inverse,
 )
 
 GRAPH_MODE_WARNING = (
@@ -330,9 +331,8 @@ class _Reader:
         if not len(cols[0]):
             return Launches.empty()
         _sort_in_place(cols, cols[0])
-        a = np.stack(cols, 1)
-        gtid = a[:, 2]
-        name = self.string_ids(a[:, 4], table, "nameId", a[:, 5])
+        start, end, gtid, correlation, name_id, row, _ = cols
+        name = self.string_ids(name_id, table, "nameId", row)
         # API names without version suffixes; the driver API is the cu* family.
         names = distinct(name)
         names = names[names >= 0]
@@ -343,10 +343,10 @@ class _Reader:
             lut[i] = strings.intern(text)
             driver[i] = text.startswith("cu") and not text.startswith("cuda")
         return Launches.from_columns({
-            "start": a[:, 0], "end": a[:, 1],
+            "start": start, "end": end,
             "pid": np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1), "tid": np.where(gtid >= 0, gtid & 0xFFFFFF, -1),
-            "correlation": a[:, 3], "name": lut[name],
-            "kind": np.where(driver[name], LAUNCH_DRIVER, LAUNCH_RUNTIME), "row": a[:, 5],
+            "correlation": correlation, "name": lut[name],
+            "kind": np.where(driver[name], LAUNCH_DRIVER, LAUNCH_RUNTIME), "row": row,
         })
 
     # -- NVTX ------------------------------------------------------------------------------------
@@ -387,13 +387,13 @@ class _Reader:
             cols = self.fetch(table, ["start", "end", *map(col, ("deviceId", "streamId", "correlationId", "bytes", "graphNodeId", "copyKind")), "rowid"])
             if not len(cols[0]):
                 continue
-            a = np.stack(cols, 1)
+            start, end, device, stream, correlation, nbytes, node, copy_kind, row = cols
             kinds = self._enum("ENUM_CUDA_MEMCPY_OPER") if kind == MEMCPY else {}
-            by_kind = {c: strings.intern(f"{label} {kinds.get(c, '')}".strip()) for c in np.unique(a[:, 7]).tolist()}
-            name = np.array([by_kind[c] for c in a[:, 7].tolist()], np.int64)
+            codes, which = unique_inverse(copy_kind)  # a name per kind of copy, not per row
+            name = np.array([strings.intern(f"{label} {kinds.get(c, '')}".strip()) for c in codes.tolist()], np.int64)[which]
             parts.append(MemOps.from_columns({
-                "start": a[:, 0], "end": a[:, 1], "device": a[:, 2], "stream": a[:, 3], "correlation": a[:, 4],
-                "bytes": a[:, 5], "kind": np.full(len(a), kind, np.int8), "name": name, "graph_node_id": a[:, 6], "row": a[:, 8],
+                "start": start, "end": end, "device": device, "stream": stream, "correlation": correlation,
+                "bytes": nbytes, "kind": np.full(len(start), kind, np.int8), "name": name, "graph_node_id": node, "row": row,
             }))
         out = MemOps.empty()
         for p in parts:

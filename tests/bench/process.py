@@ -129,18 +129,15 @@ def kineto_memory(decodes: tuple[int, ...]) -> list[dict]:
 
 
 def commands(repeat: int) -> list[dict]:
-    """Whole ``layer``, ``opt``, ``mem`` and ``perfetto`` processes on generated inputs."""
+    """Whole ``mem``, ``trace`` and ``perfetto`` processes on generated inputs (``layer`` and
+    ``opt`` on the dumps are ``tests.bench.run``'s, in the same ``make bench``)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="layerc-bench-commands-") as tmp:
-        dump, plans, kineto = Path(tmp) / "dump", Path(tmp) / "plans", Path(tmp) / "serving.json.gz"
-        run([*LAYERC, "gen-dump", "deepseek_v3", str(dump)])
+        plans, kineto = Path(tmp) / "plans", Path(tmp) / "serving.json.gz"
         run([*LAYERC, "gen-mem", str(plans)])
         run([*LAYERC, "gen-trace", str(kineto), "--model", "deepseek_v3", "--tp", "8"])
         out = Path(tmp) / "out"
         for what, argv in (
-            ("`layer` (61-layer DeepSeek-V3 dump, layer 5: JSON, DOT, PNG, SVG)", ["layer", str(dump), "5", "-o", str(out / "layer")]),
-            ("`layer` (the same, JSON only)", ["layer", str(dump), "5", "-o", str(out / "json"), "--format", "json"]),
-            ("`opt` (parse, verify, print the dump)", ["opt", str(dump), "-o", str(out / "opt.txt")]),
             ("`mem` (a flash-attention-backward memory plan: checks, JSON, Perfetto, pictures)", ["mem", str(plans), "-o", str(out / "mem")]),
             ("`trace` (DeepSeek-V3 TP8 serving trace, Kineto)", ["trace", str(kineto)]),
             ("`perfetto` (the same trace)", ["perfetto", str(kineto), "-o", str(out / "serving.pftrace")]),
