@@ -242,10 +242,10 @@ class _Encoded(_Part):
         length = np.array([len(b) for b in blobs] + [0], np.int64)  # [-1]: none
         self.start = np.concatenate([[0], np.cumsum(length[:-1])]).astype(np.int64)
         self.which = which
-        self.size = length[which]
+        self.size = self.lengths = length[which]
 
     def write(self, out, cursor) -> None:
-        length = self.size
+        length = self.lengths
         total = int(length.sum())
         if total:
             inside = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
