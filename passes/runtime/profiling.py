@@ -182,30 +182,52 @@ def _progress(text: str) -> None:
 
 def _measure(trace: Trace, graph: Graph, layer: int, phase: str,
              device: str) -> tuple[dict[str, list[int]], list[tuple[int, int]], list[tuple[str, int, int]]]:
-    """Per op label, its range's duration in each run (GPU time on CUDA when the profile has
-    GPU projections of the ranges, CPU time otherwise); the runs' layer ranges; each op range."""
+    """Per op label, its duration in each run; the runs' layer ranges; each op range.
+
+    On CPU an op's duration is its range's. On a GPU, what the cost model predicts is kernel
+    time, so an op's is the summed duration of the kernels launched inside its host range (a
+    range's GPU projection from first to last kernel would hold the idle gaps of a launch-bound
+    eager run), and a run's layer range is the GPU span of the kernels it launched. A profile
+    without kernels keeps the host ranges."""
     import numpy as np
 
     from layerc.ir.graph import op_label
-    from layerc.ir.trace import ANNOTATION_GPU, ANNOTATION_USER
+    from layerc.ir.trace import ANNOTATION_USER
 
     ann = trace.annotations
     names = trace.strings.lookup(ann.name)
-    gpu = ann.kind == ANNOTATION_GPU
-    use = gpu if device.startswith("cuda") and gpu.any() else ann.kind == ANNOTATION_USER
+    host = np.nonzero(ann.kind == ANNOTATION_USER)[0]
+    host = host[np.argsort(ann.start[host], kind="stable")]
+    k = trace.kernels
+    launched_at = trace.kernel_host()[0]
+    on_gpu = device.startswith("cuda") and bool((launched_at >= 0).any())
+    if on_gpu:
+        order = np.argsort(launched_at, kind="stable")
+        order = order[launched_at[order] >= 0]
+        at = launched_at[order]
+        busy = np.r_[0, np.cumsum(k.end[order] - k.start[order])]
     labels = {op_label(n) for n in graph.ops}
     prefix = f"layer {layer} ({phase}) run "
     measured: dict[str, list[int]] = {}
     layer_ranges: list[tuple[int, int]] = []
     op_ranges: list[tuple[str, int, int]] = []
-    order = np.nonzero(use)[0]
-    order = order[np.argsort(ann.start[order], kind="stable")]
-    for i in order.tolist():
+    for i in host.tolist():
         name = names[i]
         start, end = int(ann.start[i]), int(ann.end[i])
+        if not (name.startswith(prefix) or name in labels):
+            continue
+        if on_gpu:  # the kernels this range launched: a slice of the launch-ordered kernels
+            lo, hi = np.searchsorted(at, start, "left"), np.searchsorted(at, end, "right")
+            if hi <= lo:
+                continue
+            inside = order[lo:hi]
+            span = (int(k.start[inside].min()), int(k.end[inside].max()))
+            took = int(busy[hi] - busy[lo])
+        else:
+            span, took = (start, end), end - start
         if name.startswith(prefix):
-            layer_ranges.append((start, end))
-        elif name in labels:
-            measured.setdefault(name, []).append(end - start)
-            op_ranges.append((name, start, end))
+            layer_ranges.append(span)
+        else:
+            measured.setdefault(name, []).append(took)
+            op_ranges.append((name, *span))
     return measured, layer_ranges, op_ranges

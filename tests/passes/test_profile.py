@@ -104,3 +104,38 @@ def test_profile_usage_and_device_errors():
     if not torch.cuda.is_available():
         rc, _, err = cli("--arch", "llama", "--device", "cuda", "--n-tokens", 4)
         assert rc == 1 and "no CUDA device" in err
+
+
+def test_gpu_ops_are_measured_by_the_kernels_they_launched(tmp_path):
+    """On a GPU an op's time is its kernels' (a launch-bound run's GPU projection of the range
+    would hold the idle gaps between them), and a run's layer range is the span of its kernels:
+    a Kineto profile of one run whose ``q_proj`` launches two kernels 30 µs apart."""
+    from types import SimpleNamespace
+
+    from layerc.grammar.traces import read_trace
+    from layerc.passes.runtime.profiling import _measure
+
+    events, corr = [], 100
+
+    def op(name, ts, dur, kernels):  # a record_function range, each kernel's launch inside it, the kernels
+        nonlocal corr
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+        for k_ts, k_dur in kernels:
+            corr += 1
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": ts + 1, "dur": 2, "args": {"correlation": corr}})
+            events.append({"ph": "X", "cat": "kernel", "name": f"k{corr}", "pid": 0, "tid": 7, "ts": k_ts, "dur": k_dur,
+                           "args": {"correlation": corr, "device": 0, "stream": 7}})
+
+    events.append({"ph": "X", "cat": "user_annotation", "name": "layer 0 (decode) run 0", "pid": 1, "tid": 1, "ts": 0, "dur": 200})
+    op("q_proj", 10, 50, [(20, 5), (55, 4)])
+    op("o_proj", 100, 20, [(110, 6)])
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    graph = SimpleNamespace(ops=[SimpleNamespace(meta={"label": "q_proj"}, name="q"), SimpleNamespace(meta={}, name="o_proj")])
+    measured, layer_ranges, op_ranges = _measure(read_trace(path), graph, 0, "decode", "cuda")
+    assert measured == {"q_proj": [9000], "o_proj": [6000]}  # ns of kernel time, not the 50 µs range
+    assert layer_ranges == [(20000, 116000)]  # first kernel start to last kernel end
+    assert op_ranges[0] == ("q_proj", 20000, 59000)
+    cpu, cpu_layers, _ = _measure(read_trace(path), graph, 0, "decode", "cpu")
+    assert cpu == {"q_proj": [50000], "o_proj": [20000]} and cpu_layers == [(0, 200000)]
