@@ -1,8 +1,8 @@
 """What each detected layer is: its type (MLA_MOE, MHA_FC, ...), stage, kernels and time.
 
 Types come from what the layer's kernels are (MLA or GDN marks, attention kernels, experts, an FFN
-activation); stages from the votes the kernels' names cast (``stage`` in the kernel tables): ties
-are UNKNOWN, a graph replay is decode, UNKNOWN layers take the stage of the layer before them (the
+activation); stages from the votes the kernels cast (``stage_shapes``: their ops' query and key
+shapes, else ``stage`` in the kernel tables): ties are UNKNOWN, a graph replay is decode, UNKNOWN layers take the stage of the layer before them (the
 first ones of a pass the stage after them), and every kernel takes its layer's stage (kernels
 outside layers, their pass's).
 """
@@ -16,6 +16,7 @@ import numpy as np
 
 from layerc.ir.trace import Trace
 from layerc.passes.kernel_tables import TYPES, Classification
+from layerc.passes.stage_shapes import stage_votes
 from layerc.passes.trace_layers import ACTIVATION, LayerResult, short_matches
 
 STAGES = ("prefill", "decode")  #: stage codes 0 and 1; -1 is unknown
@@ -64,10 +65,12 @@ def layer_type(mla: bool, gdn: bool, attention: bool, moe: bool, fc: bool) -> st
     return ffn or "UNKNOWN"
 
 
-def layer_table(trace: Trace, cls: Classification, layers: LayerResult) -> LayerTable:
+def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: np.ndarray | None = None) -> LayerTable:
     """The layers of ``layers`` with their type, voted stage and time (segment reductions over
-    the kernels sorted by pass, layer and start: no per-layer Python work but the type name)."""
+    the kernels sorted by pass, layer and start: no per-layer Python work but the type name).
+    ``votes``: each kernel's stage vote (default ``stage_votes``)."""
     k = trace.kernels
+    votes = stage_votes(trace, cls) if votes is None else votes
     inside = np.nonzero(layers.layer >= 0)[0]
     key = layers.pass_of * (int(layers.layer.max()) + 2 if len(inside) else 1) + layers.layer
     order = inside[np.lexsort((k.start[inside], key[inside]))]
@@ -85,7 +88,7 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult) -> Layer
     after_last = (from_end[:-1] - from_end[ends][np.repeat(np.arange(len(at)), ends - at)]) == 0
     activation = (cls.type == TYPES.index("ELEMENTWISE")) & short_matches(trace, cls.short, ACTIVATION)
     replay = trace.replayed()
-    prefill, decode = add(cls.stage[order] == 0), add(cls.stage[order] == 1)
+    prefill, decode = add(votes[order] == 0), add(votes[order] == 1)
     stage = np.where(prefill > decode, 0, np.where(decode > prefill, 1, UNKNOWN)).astype(np.int8)
     stage[add(~replay[order]) == 0] = 1  # graph replay => decode
     flags = zip(anyof(cls.has("mla")[order]), anyof(cls.has("gdn")[order]), anyof(attention),
@@ -127,10 +130,11 @@ def pass_stages(table: LayerTable, passes: int) -> np.ndarray:
     return np.where(votes.sum(1) > 0, votes.argmax(1), UNKNOWN).astype(np.int8)
 
 
-def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table: LayerTable) -> np.ndarray:
+def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table: LayerTable,
+                  votes: np.ndarray | None = None) -> np.ndarray:
     """Per kernel: its layer's stage; outside layers, the stage most of its pass's layers have
-    (a pass without layers: the next pass's, else the last's)."""
-    out = cls.stage.astype(np.int8).copy()
+    (a pass without layers: the next pass's, else the last's; no layers at all: its own vote)."""
+    out = (stage_votes(trace, cls) if votes is None else votes).astype(np.int8, copy=True)
     if not len(table):
         return out
     width = int(table.index.max()) + 1

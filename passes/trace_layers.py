@@ -257,6 +257,9 @@ def _phase(p: _Pass, s: int, period: int) -> int:
     if p.start_flag[unit].any():
         found = _input_norm(p, (unit[j] for j in back), p.start_flag)
         return found - s if found is not None else next(j for j in back if p.start_flag[unit[j]])
+    by_norm = _norm_copy_start(p, unit, a)
+    if by_norm is not None:
+        return by_norm
     state = 0  # 0: before the projections, 1: in them, 2: in the norm before them
     for j in back:
         heavy = HEAVY[kind[j]]
@@ -268,6 +271,50 @@ def _phase(p: _Pass, s: int, period: int) -> int:
             after = (j + 1) % period
             return (after + 1) % period if p.residual_add[unit[after]] else after
     return a
+
+
+def _norm_copy_start(p: _Pass, unit: np.ndarray, a: int) -> int | None:
+    """Offset in ``unit`` of a layer's input norm, known by being the same kernels as its
+    post-attention norm (one norm class, however many kernels it runs as: an eager RMSNorm is
+    five or more elementwise kernels). The post-attention norm is what runs between the output
+    projection (the first GEMM after attention ``a``) and the FFN's first GEMM, after the
+    residual add. The previous layer's FFN ends after its last activation, expert or all-reduce
+    kernel; the layer's first projection is the first GEMM after the first copy of the norm
+    past it, and the input norm is the last copy before that projection (a model that norms
+    the FFN's output too runs two copies there; q/k norms between the projections are copies
+    after it). None where a step is missing."""
+    period = len(unit)
+    short, kind = np.tile(p.short[unit], 3), np.tile(p.kind[unit], 3)
+    act, res = np.tile(p.activation[unit], 3), np.tile(p.residual_add[unit], 3)
+    at = a + period  # the attention kernel in the middle copy
+    heavy = np.nonzero(HEAVY[kind])[0]
+    after = heavy[heavy > at]
+    o = after[kind[after] == LINEAR]
+    if not len(o):
+        return None
+    ffn = after[after > o[0]]
+    if not len(ffn) or ffn[0] - at >= period:
+        return None
+    between = np.arange(o[0] + 1, ffn[0])
+    adds = between[res[between]]
+    norm = short[between[between > adds[-1]]] if len(adds) else short[between]
+    if not len(norm):
+        return None
+    markers = np.nonzero((act | (kind == MOE) | (kind == COMMUNICATION))[at - period + 1 : at])[0] + at - period + 1
+    if not len(markers):
+        return None
+    barrier = int(markers[-1])
+    m = len(norm)
+    copies = [i for i in range(barrier + 1, at - m + 1) if (short[i : i + m] == norm).all()]
+    if not copies:
+        return None
+    # the first copy after the FFN is the input norm or, in a model that norms the FFN's output
+    # too, the norm before the residual add; the layer's first projection follows the input norm
+    projection = heavy[heavy >= copies[0] + m]
+    if not len(projection):
+        return None
+    before = [i for i in copies if i + m <= projection[0]]
+    return before[-1] % period
 
 
 def _occurrences(token: np.ndarray, signature: np.ndarray) -> np.ndarray:
@@ -418,6 +465,10 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
         anchor -= period
     breaks = _idle_breaks(p) if eager else np.zeros(0, np.int64)
     starts = _layer_starts(p, anchor, period, breaks)
+    stalls = _inside_layers(p, anchor, period, breaks)
+    if stalls.any():  # a host stall inside a layer, not a wait between forward passes
+        breaks = breaks[~stalls]
+        starts = _layer_starts(p, anchor, period, breaks)
     if not len(starts):
         return layer, run, period, score
     gaps = np.diff(starts)
@@ -432,7 +483,8 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     # ended (after its last layer, the final norm, lm_head and sampling): a stall inside a pass
     # (a host sync in a MoE layer) comes before the next layer's norm.
     loose = _idle_breaks(p, LOOSE) if eager else breaks
-    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts) | _after_end(loose, starts, natural)]
+    new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts) | _after_end(loose, starts, natural)
+                    | (_more_after_copy(p, starts, anchor, period) if eager else False)]
     run_of = np.cumsum(new_run) - 1
     ends = np.r_[starts[1:], n]
     last = np.r_[new_run[1:], True]
@@ -458,6 +510,47 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
     # the waits between forward passes are alike and the longest; a stall inside one is shorter
     limit = max(IDLE * float(np.median(np.maximum(idle, 0))), IDLE_NS, of_longest * float(idle.max()))
     return np.nonzero(idle >= limit)[0] + 1
+
+
+#: kernels after a whole copy of the layer, before the next layer starts, that end a forward pass
+AFTER_COPY = 3
+
+
+def _more_after_copy(p: _Pass, starts: np.ndarray, anchor: int, period: int) -> np.ndarray:
+    """Per pair of consecutive layer starts: whether the first layer is a whole copy of the
+    anchor's (its kernels by short name) and more than a few kernels follow it before the next
+    layer starts, none of them attention or experts: the final norm, lm_head, sampling and the
+    next pass's inputs and embedding. A long layer (experts) holds far more kernels than that,
+    so its length alone would not tell. Eager passes only (a replay is one forward pass)."""
+    if len(starts) < 2 or anchor + period > len(p.short):
+        return np.zeros(max(len(starts) - 1, 0), bool)
+    unit = p.short[anchor : anchor + period]
+    copies = _occurrences(p.short, unit)
+    whole = np.isin(starts[:-1], copies)
+    heavy = np.r_[0, np.cumsum((p.kind == ATTENTION) | (p.kind == MOE))]  # no attention or experts between two passes
+    quiet = heavy[starts[1:]] == heavy[np.minimum(starts[:-1] + period, len(p.kind))]
+    return cast(np.ndarray, whole & quiet & (np.diff(starts) - period > AFTER_COPY))
+
+
+def _inside_layers(p: _Pass, anchor: int, period: int, breaks: np.ndarray) -> np.ndarray:
+    """Per break: whether it falls strictly inside a whole copy of the anchor's layer (the same
+    kernels, by short name, in the same order). A forward pass never ends inside a layer, so such
+    a wait is the host stalling (a launch-bound eager pass, a first call after compilation). Only
+    where the unit is one layer (its first attention kernel does not recur in it): a shallow
+    model's unit may be a whole forward pass, whose copies straddle the waits between passes."""
+    inside = np.zeros(len(breaks), bool)
+    unit = p.short[anchor : anchor + period]
+    att = np.nonzero(p.kind[anchor : anchor + period] == ATTENTION)[0]
+    if not len(breaks) or len(unit) < period or len(att) != 1 and not (
+            len(att) and (p.token[anchor : anchor + period] == p.token[anchor + att[0]]).sum() == 1):
+        return inside
+    copies = _occurrences(p.short, unit)
+    if not len(copies):
+        return inside
+    before = np.searchsorted(copies, breaks, side="left") - 1  # the last copy starting before each break
+    ok = before >= 0
+    inside[ok] = breaks[ok] < copies[before[ok]] + period
+    return inside
 
 
 def _after_end(breaks: np.ndarray, starts: np.ndarray, natural: np.ndarray) -> np.ndarray:
@@ -711,7 +804,19 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
     dropped = evidence.drop_unlayered(r.layer, r.pass_of, n, kind, spanned)
     r.layers_per_pass = per_pass_counts(r.layer, r.pass_of)
     r.confidence = evidence.confidence(r.layer, r.pass_of, n, kind, k.name, k.start, k.end, spanned)
-    r.evidence = {"module_spans": bool(spanned.any()), "period": r.period, "passes_without_layer_structure": dropped}
+    odd, compared = evidence.odd_counts(r.layer, r.pass_of, r.stack, n, spanned)
+    r.evidence = {"module_spans": bool(spanned.any()), "period": r.period, "passes_without_layer_structure": dropped,
+                  "passes_with_other_layer_counts": len(odd)}
+    if odd:  # one model runs the same layers in every forward pass: some of these are wrong
+        r.confidence = round(r.confidence * (1 - len(odd) / compared), 4)
+        shown = ", ".join(map(str, odd[:8])) + (f" and {len(odd) - 8} more" if len(odd) > 8 else "")
+        r.warnings.append(f"{len(odd)} of {compared} forward passes hold another number of layers than the others "
+                          f"(pass {shown}): the layer boundaries there are doubtful")
+    found = [c for c, by_spans in zip(r.layers_per_pass, spanned.tolist()) if c and not by_spans]
+    if found and max(found) < SHALLOW:  # two repeats of a sequence place its boundary anywhere along it
+        r.confidence = round(r.confidence / 2, 4)
+        r.warnings.append(f"the kernel motif repeats at most {max(found)} times per forward pass: where one layer ends "
+                          "and the next begins rests on little evidence")
     if not (r.layer >= 0).any():
         r.strategy, r.confidence, r.period = "none", 0.0, None
         r.warnings.append("no layer structure found: no kernel sequence repeats as transformer layers do "
@@ -723,6 +828,10 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
     _, first = np.unique(r.pass_of, return_index=True)
     r.steps = step[first].tolist() if len(first) == n else [-1] * n
     return mark_partial(r)
+
+
+#: kernel-found layers in passes of fewer layers than this are reported as doubtful
+SHALLOW = 3
 
 
 def mark_partial(r: LayerResult) -> LayerResult:
@@ -785,6 +894,7 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
             # a replay is one forward pass: its tail (final norm, lm_head) goes with the last layer
             tail = int(np.nonzero(got >= 0)[0][-1])
             got[tail:] = got[tail]
+            stack[idx[tail:]] = stack[idx[tail]]
         if name == "motif" and not merge:
             got = _split_each_run(got, run, columns, idx)
         layer[idx] = got
@@ -855,9 +965,22 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
         kinds = p.kind[a:b][inner >= 0]
         if len(ids) < 2 or not ((kinds == ATTENTION).sum() >= len(ids) or (kinds == MOE).sum() >= len(ids)):
             continue
+        if _same_layers_again(p, got, stack, run, a, inner, inner_run):
+            # the first motif's layers again, with other kernel variants (a decode pass after a
+            # prefill picks other GEMM tiles): a forward pass of its own, of the same stack
+            have = a + np.nonzero(inner >= 0)[0]
+            if a:
+                opens[_idle_cut(p.start, p.end, a - 1, int(have[0]))] = True
+            if b < len(got):
+                opens[_idle_cut(p.start, p.end, int(have[-1]), b)] = True
+            opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
+            got[a:b] = np.where(inner >= 0, inner, -1)
+            stack[a:b] = np.where(inner >= 0, 0, -1)
+            extra += 1 << 30  # renumbered below, like another stack's
+            continue
         extra += 1
-        got[a:b] = np.where(inner >= 0, (1 << 20) * extra + inner, -1)
-        stack[a:b] = np.where(inner >= 0, extra, -1)
+        got[a:b] = np.where(inner >= 0, (1 << 20) * (extra % (1 << 30)) + inner, -1)
+        stack[a:b] = np.where(inner >= 0, extra % (1 << 30), -1)
         opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
     if not extra:
         return got, run, stack
@@ -873,6 +996,40 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
             rank[order] = np.arange(len(order))
             out[sel] = rank[np.searchsorted(np.unique(key), key)]
     return out, run, stack
+
+
+#: two layers whose kernels (short names, as multisets) share this share are the same layer
+SAME_LAYER = 0.8
+
+
+def _layer_shapes(short: np.ndarray, layer: np.ndarray) -> Counter[tuple[int, ...]]:
+    """How often each layer's kernels (short names, sorted) occur among the layers of ``layer``."""
+    have = layer >= 0
+    order = np.lexsort((short[have], layer[have]))
+    ids, names = layer[have][order], short[have][order]
+    cuts = np.nonzero(np.diff(ids))[0] + 1
+    return Counter(tuple(x.tolist()) for x in np.split(names, cuts))
+
+
+def _same_layers_again(p: _Pass, got: np.ndarray, stack: np.ndarray, run: np.ndarray, a: int, inner: np.ndarray,
+                       inner_run: np.ndarray) -> bool:
+    """Whether a stretch's layers (``inner`` in its runs ``inner_run``, from ``a``) are the first motif's layers again: as
+    many as a forward pass of the first motif usually holds, and the usual layer of each has
+    nearly the same kernels by short name (a prefill and a decode pick other variants of a
+    template or tile; a vision tower or an encoder runs other kernels, a cross-attention more)."""
+    mine = inner >= 0
+    ours = (got >= 0) & (stack == 0)
+    if not ours.any() or not mine.any():
+        return False
+    width = int(got[ours].max()) + 1
+    per_run = np.bincount(np.unique(run[ours] * width + got[ours]) // width)
+    usual = Counter(per_run[per_run > 0].tolist()).most_common(1)[0][0]
+    if len(np.unique(inner[mine])) != usual:
+        return False
+    layer = _layer_shapes(p.short[a : a + len(inner)], np.where(mine, inner + inner_run * (int(inner.max()) + 1), -1)).most_common(1)[0][0]
+    first = _layer_shapes(p.short, np.where(ours, got + run * width, -1)).most_common(1)[0][0]
+    shared = sum((Counter(layer) & Counter(first)).values())
+    return shared >= SAME_LAYER * max(len(layer), len(first))
 
 
 def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

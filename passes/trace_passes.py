@@ -20,6 +20,7 @@ from layerc.passes.base import Analysis, Context, ModulePass
 from layerc.passes.registry import get_all_passes
 from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
+from layerc.passes.stage_shapes import stage_votes
 from layerc.passes.layer_strategies import STRATEGIES
 from layerc.passes.trace_layers import LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
 
@@ -141,8 +142,9 @@ class TypeLayers(ModulePass["TraceModule"]):
 
     def apply(self, ctx: Context, module: TraceModule) -> None:
         layers, cls = module.need_layers(self.name), module.need_classification(self.name)
-        module.table = layer_table(module.trace, cls, layers)
-        module.stage = kernel_stages(module.trace, cls, layers, module.table)
+        votes = stage_votes(module.trace, cls)
+        module.table = layer_table(module.trace, cls, layers, votes)
+        module.stage = kernel_stages(module.trace, cls, layers, module.table, votes)
 
 
 def __getattr__(name: str) -> object:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from layerc.backends.synth.kineto import GENERATIONS, GRAPHS, MODELS, MODULES, VENDORS, generate
+from layerc.backends.synth.kineto import GENERATIONS, GRAPHS, MODELS, MODULES, STYLES, VENDORS, generate
 from layerc.ir.diagnostics import LayercError
 from layerc.tools.args import output_path, positive_int
 
@@ -29,6 +29,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="LLM serving (default), training steps of a small Llama (forward and backward passes), "
                         "or an HPC stencil code with no layers (--layers, --steps, --seed, --modules apply)")
     p.add_argument("--steps", type=positive_int, default=3, metavar="N", help="training steps or HPC time steps (default 3)")
+    p.add_argument("--style", choices=STYLES, default="engine",
+                   help="a serving engine's fused kernels (default), or a transformers model run eagerly (hf_eager: "
+                        "decomposed norms and rope, cuDNN attention, grouped-GEMM experts; llama, qwen3, qwen3_moe on cuda)")
     p.add_argument("--graphs", choices=GRAPHS, default="full",
                    help="CUDA graphs: full-graph decode (default), piecewise (split at attention) for every pass, "
                         "piecewise prefill with full-graph decode, or none")
@@ -50,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         truth = generate(args.out, model=args.model, vendor=args.vendor, tp=args.tp, prefill=args.prefill,
                          decode=args.decode, layers=args.layers, seed=args.seed, ground_truth_spans=args.spans,
-                         modules=args.modules, graphs=args.graphs, fused_allreduce=args.fused_allreduce, kineto=args.kineto)
+                         modules=args.modules, graphs=args.graphs, fused_allreduce=args.fused_allreduce, kineto=args.kineto,
+                         style=args.style)
     except ValueError as e:
         raise LayercError(str(e)) from None
     t = truth["totals"]

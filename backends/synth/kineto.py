@@ -34,6 +34,9 @@ graph pieces split at attention, which is launched eagerly between them (``GRAPH
 ``modules="layers"`` (``ground_truth_spans=True``) adds ``python_function``
 ``nn.Module: <Class>DecoderLayer_<i>`` spans around each layer's launches in eager passes (graph
 replays and compiled pieces have no Python context); ``modules="tree"`` the whole module tree.
+``style="hf_eager"`` writes a Hugging Face transformers model run eagerly instead (``llama``,
+``qwen3``, ``qwen3_moe``; CUDA): every torch op its own kernel, names from a real H100 capture
+(``hf_eager_kernels``), launch-bound, now and then a host stall inside a layer.
 Training steps and an HPC code: ``gen_trace_workloads``.
 
 Truth layer membership follows the module: a layer's kernels are those its ``DecoderLayer``
@@ -58,6 +61,7 @@ import numpy as np
 import orjson
 
 from layerc.backends.outputs import companion, output_dir, write_atomic
+from layerc.backends.synth.hf_eager_kernels import HF_EAGER_CUDA
 
 VENDORS = ("cuda", "rocm")
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
@@ -103,6 +107,8 @@ MODELS = {
     "grok2": Model(64, "Grok1", (1, 8), Tree("Grok1ForCausalLM", "Grok1Model", "Grok1DecoderLayer", "Grok1Attention", "Grok1MoE")),
     "llama": Model(32, "Llama", (1, 4), _hf("Llama")),
     "qwen3": Model(36, "Qwen3", (1, 4), _hf("Qwen3")),
+    "qwen3_moe": Model(48, "Qwen3Moe", (1, 4), Tree("Qwen3MoeForCausalLM", "Qwen3MoeModel", "Qwen3MoeDecoderLayer",
+                                                    "Qwen3MoeAttention", "Qwen3MoeSparseMoeBlock", "Qwen3MoeRMSNorm")),
     # vLLM's gpt-oss: the MLPBlock (router + MoE) nests inside each TransformerBlock
     "gpt_oss": Model(36, "", (1, 8), Tree("GptOssForCausalLM", "GptOssModel", "TransformerBlock", "OAIAttention", "MLPBlock")),
     # a vision-language model: a ViT tower (LayerNorm, GELU MLP, non-causal attention) before the text stack
@@ -113,6 +119,13 @@ MODELS = {
 #: vLLM's piecewise graphs (split at attention, which runs eagerly between the pieces) for every
 #: pass or for prefill only beside full-graph decode, or no graphs at all
 GRAPHS = ("full", "piecewise", "full_and_piecewise", "none")
+#: whose kernels a pass runs: a serving engine's fused ones (norms, rope, activation and MoE in one
+#: kernel each), or a Hugging Face transformers model run eagerly (every torch op its own kernel:
+#: an RMSNorm is eight, q/k/v and gate/up separate GEMMs, cuDNN's SDPA, DynamicCache ``cat``s,
+#: grouped-GEMM experts through ``torch._grouped_mm``; launch-bound, with host stalls inside layers)
+STYLES = ("engine", "hf_eager")
+#: the models and graph modes an HF eager run has (its kernel names come from a real H100 capture)
+HF_EAGER_MODELS, HF_EAGER_GRAPHS = ("llama", "qwen3", "qwen3_moe"), ("none", "full")
 MODULES = ("none", "layers", "tree")
 #: ops a piecewise graph leaves out: attention runs eagerly between two pieces
 _SPLITTING = {"kv_write", "mla_kv_write", "attn", "attn_grok", "attn_mla", "attn_sink", "attn_reduce", "attn_reduce_mla"}
@@ -157,6 +170,32 @@ _KIND = {
     "patch_embed": ("LINEAR", "aten::convolution", "gemm", 20.0),
     "routing": ("MOE", "vllm::moe_routing", "small", 4.0),
     "moe_finalize": ("MOE", "vllm::moe_finalize", "rows", 5.0),
+}
+
+# the eager ops of a transformers model: (type, cpu_op, grid kind, base µs); names in hf_eager_kernels
+_HF_KIND = {
+    **{k: ("MEMORY", "aten::to", "ew", 2.0) for k in ("to_f32", "to_bf16")},
+    "pow": ("ELEMENTWISE", "aten::pow", "ew", 1.5), "mean": ("ELEMENTWISE", "aten::mean", "rows", 2.0),
+    "eps_add": ("ELEMENTWISE", "aten::add", "ew", 1.2), "rsqrt": ("ELEMENTWISE", "aten::rsqrt", "ew", 1.2),
+    "mul_f32": ("ELEMENTWISE", "aten::mul", "ew", 1.5), "mul_w": ("ELEMENTWISE", "aten::mul", "ew", 2.0),
+    "neg": ("ELEMENTWISE", "aten::neg", "ew", 1.5), "cat": ("MEMORY", "aten::cat", "ew", 2.0),
+    "rope_add": ("ELEMENTWISE", "aten::add", "ew", 1.8), "kv_cat": ("MEMORY", "aten::cat", "ew", 2.5),
+    "attn": ("ATTENTION", "aten::_cudnn_attention_forward", "attn", 20.0),
+    **{k: ("LINEAR", "aten::mm", "gemm", 10.0) for k in ("proj", "kv_proj", "up", "down", "lm_head", "router")},
+    "rope_freqs": ("LINEAR", "aten::matmul", "small", 3.0), "split_k": ("LINEAR", "aten::mm", "small", 1.5),
+    "silu": ("ELEMENTWISE", "aten::silu", "ew", 2.0), "act_mul": ("ELEMENTWISE", "aten::mul", "ew", 2.0),
+    "residual": ("ELEMENTWISE", "aten::add", "ew", 2.0), "router_softmax": ("ELEMENTWISE", "aten::_softmax", "rows", 2.0),
+    "topk": ("MEMORY", "aten::topk", "rows", 4.0), "sort": ("ELEMENTWISE", "aten::topk", "rows", 4.0),
+    "sort_long": ("ELEMENTWISE", "aten::sort", "rows", 3.0), "div": ("ELEMENTWISE", "aten::floor_divide", "ew", 1.2),
+    "gather": ("MEMORY", "aten::index", "ew", 1.5), "index": ("MEMORY", "aten::index", "ew", 1.5),
+    "fill_int": ("MEMORY", "aten::fill_", "ew", 1.0), "histogram": ("OTHER", "aten::histc", "small", 1.5),
+    "scan_init": ("ELEMENTWISE", "aten::cumsum", "small", 1.0), "scan": ("ELEMENTWISE", "aten::cumsum", "small", 1.5),
+    "compare": ("ELEMENTWISE", "aten::lt", "ew", 1.0), "clamp": ("ELEMENTWISE", "aten::clamp", "ew", 1.0),
+    "masked_fill": ("MEMORY", "aten::masked_fill_", "ew", 1.8), "grouped_prep": ("MOE", "aten::_grouped_mm", "small", 1.2),
+    "grouped_gemm": ("MOE", "aten::_grouped_mm", "gemm", 15.0), "index_put": ("MEMORY", "aten::index_put_", "ew", 1.5),
+    "sum": ("ELEMENTWISE", "aten::sum", "rows", 3.0), "embed": ("MEMORY", "aten::embedding", "ew", 2.0),
+    "arange": ("MEMORY", "aten::arange", "small", 0.8), "cos": ("ELEMENTWISE", "aten::cos", "ew", 1.2),
+    "sin": ("ELEMENTWISE", "aten::sin", "ew", 1.2), "argmax": ("ELEMENTWISE", "aten::argmax", "small", 4.0),
 }
 
 _CUDA = {
@@ -289,6 +328,8 @@ class Op:
     aux: bool = False  # on the auxiliary stream (deepseek shared experts)
     part: str = ""  #: the layer's submodule that launches it: "attention", "mlp" or "" (the layer itself)
     stack: int = 0  #: 0: the text stack; 1: the vision tower
+    stall: float = 0.0  #: µs the host stalls before launching it (eager only)
+    dims: list[list[int]] | None = None  #: its CPU op's ``Input Dims`` (recorded shapes), where written
 
 
 def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[list[Op], str]:
@@ -333,6 +374,14 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
         moe += ["moe_gemm", "moe_gemm"] if vendor == "rocm" else ["moe_sort", "moe_gemm", "act", "moe_gemm", "moe_sum"]
         ops = [Op(k) for k in attn + moe + ar]
         kind = "MHA_MOE"
+    elif model == "qwen3_moe":
+        first = "norm" if i == 0 else "add_norm"
+        attn = [first, "gemm", "head_norm", "head_norm", "rope", "kv_write", "attn"]
+        attn += ["attn_reduce"] if decode and vendor == "rocm" else []
+        moe = ["add_norm", "router", "topk", "moe_align"]
+        moe += ["moe_gemm", "moe_gemm"] if vendor == "rocm" else ["moe_sort", "moe_gemm", "act", "moe_gemm", "moe_sum"]
+        ops = [Op(k) for k in attn + ["o_proj"] + ar + moe + ar]
+        kind = "MHA_MOE"
     else:  # llama, qwen3
         first = "norm" if i == 0 else "add_norm"
         attn = [first, "gemm"]
@@ -347,6 +396,55 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
         op.layer = i
     _mark_parts(ops)
     return ops, kind
+
+
+#: one RMSNorm run eagerly: to float32, x.pow(2), mean, + eps, rsqrt, x * rsqrt, to bf16, * weight
+_HF_NORM = ("to_f32", "pow", "mean", "eps_add", "rsqrt", "mul_f32", "to_bf16", "mul_w")
+#: rotary embedding of q or k: q * cos, rotate_half (neg of one half, cat), * sin, add
+_HF_ROPE = ("mul_w", "neg", "cat", "mul_w", "rope_add")
+#: Qwen3-MoE's sparse block through transformers' grouped-GEMM experts (softmax routing, top-k,
+#: sort by expert, per-expert counts, two grouped GEMMs around the activation, weighted scatter)
+_HF_MOE = ("router", "to_f32", "router_softmax", "topk", "sort", "to_bf16", "arange", "sort_long", "div", "gather", "index",
+           "to_f32", "fill_int", "histogram", "scan_init", "scan", "compare", "clamp", "masked_fill", "grouped_prep",
+           "grouped_gemm", "masked_fill", "silu", "act_mul", "grouped_prep", "grouped_gemm", "masked_fill", "mul_w",
+           "arange", "index_put", "gather", "sum")
+
+
+def _hf_eager_layer_ops(model: str, i: int, stage: str) -> tuple[list[Op], str]:
+    """Ops of decoder layer ``i`` of a transformers model run eagerly (keys ``hf:<op>``)."""
+    def ops(keys: Sequence[str], part: str) -> list[Op]:
+        return [Op(f"hf:{k}", layer=i, part=part) for k in keys]
+
+    qk_norm = _HF_NORM if model in ("qwen3", "qwen3_moe") else ()
+    attention = (ops(("proj",), "attention") + ops(qk_norm, "attention") + ops(("kv_proj",), "attention")
+                 + ops(qk_norm, "attention") + ops(("kv_proj",) + _HF_ROPE + _HF_ROPE + ("kv_cat", "kv_cat", "attn", "proj"),
+                                                    "attention"))
+    if model == "qwen3_moe":
+        ffn, kind = ops(_HF_MOE, "mlp"), "MHA_MOE"
+    else:
+        down = ("down", "split_k") if stage == "decode" else ("down",)
+        ffn, kind = ops(("up", "silu", "up", "act_mul") + down, "mlp"), "MHA_FC"
+    return ops(_HF_NORM, "") + attention + ops(("residual",), "") + ops(_HF_NORM, "") + ffn + ops(("residual",), ""), kind
+
+
+def _hf_eager_pass_ops(model: str, stage: str, layers: int, rng: random.Random, eager: bool) -> tuple[list[Op], list[str]]:
+    """One forward pass of a transformers model run eagerly: the embedding, the causal positions
+    and the rotary table (an fp32 GEMM of the inverse frequencies, cos and sin), the layers, the
+    final norm, lm_head and the greedy pick. An eager pass stalls the host once in a while inside
+    a layer (a first call after compilation, the allocator, the Python side): 1.5 to 2.5 ms,
+    far longer than the launch gaps around it, and not a boundary between forward passes."""
+    ops = [Op(f"hf:{k}") for k in ("embed", "arange", "to_f32", "rope_freqs", "cat", "cos", "mul_f32", "sin", "mul_f32",
+                                    "to_bf16", "to_bf16")]
+    kinds = []
+    for i in range(layers):
+        layer, kind = _hf_eager_layer_ops(model, i, stage)
+        ops += layer
+        kinds.append(kind)
+    if eager and layers and rng.random() < 0.5:
+        inside = [j for j, op in enumerate(ops) if op.layer is not None and j and ops[j - 1].layer == op.layer]
+        ops[rng.choice(inside)].stall = rng.uniform(1500, 2500)
+    ops += [Op(f"hf:{k}") for k in (*_HF_NORM, "lm_head", "argmax")]
+    return ops, kinds
 
 
 def _vision_ops(i: int) -> list[Op]:
@@ -477,11 +575,13 @@ class KinetoWriter:
         self.memops = 0
 
     def name(self, key: str, stage: str) -> str:
-        n = self.names.get(key) or self.names[_BASE[key]]
+        n = HF_EAGER_CUDA[key[3:]] if key.startswith("hf:") else self.names.get(key) or self.names[_BASE[key]]
         return n if isinstance(n, str) else n[0 if stage == "prefill" else 1]
 
     @staticmethod
     def kind(key: str):
+        if key.startswith("hf:"):
+            return _HF_KIND[key[3:]]
         return _KIND[key] if key in _KIND else _KIND[_BASE[key]]
 
     def geometry(self, grid_kind: str, tokens: int, prefill: bool) -> tuple[list[int], list[int]]:
@@ -551,6 +651,10 @@ class KinetoWriter:
             grid, block = self.geometry(grid_kind, tokens, prefill)
             if not op.aux:
                 self.fork = self.gpu
+            if op.key == "hf:attn":  # SDPA's query, key and value: (batch, heads, tokens, head dim)
+                batch, asked = (4, tokens // 4) if prefill else (tokens, 1)
+                cached = asked if prefill else 512 + index
+                op.dims = [[batch, 32, asked, 128], [batch, 8, cached, 128], [batch, 8, cached, 128]]
             if piece[j] < 0:
                 start, stream, corr, ext, cpu_span[j] = self.eager(op, name, cpu_name, dur)
             else:
@@ -586,6 +690,7 @@ class KinetoWriter:
         its stream. Returns its start, stream, correlation, External id and the op's host span."""
         rng, tid = self.rng, self.pid if tid is None else tid
         corr, ext = self.next_corr(), self.next_ext()
+        self.cpu += self.ns(op.stall)
         op_ts = self.cpu
         launch_ts = op_ts + self.ns(rng.uniform(1.5, 4))
         launch_dur = self.ns(rng.uniform(3, 7))
@@ -597,7 +702,8 @@ class KinetoWriter:
         self.cpu = launch_ts + launch_dur + self.ns(rng.uniform(1, 3))
         self.events.append({"ph": "X", "cat": "cpu_op", "name": cpu_name, "pid": self.pid, "tid": tid,
                             "ts": op_ts / 1000, "dur": (self.cpu - op_ts) / 1000,
-                            "args": {"External id": ext, "Record function id": 0, "Sequence number": ext - 200000, "Ev Idx": ext}})
+                            "args": {"External id": ext, "Record function id": 0, "Sequence number": ext - 200000, "Ev Idx": ext,
+                                     **({"Input Dims": op.dims} if op.dims else {})}})
         launch = self.launch_event(name, launch_ts, launch_dur, corr, ext)
         launch["tid"] = tid
         self.events.append(launch)
@@ -737,12 +843,13 @@ class KinetoWriter:
 
 def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: int = 1, prefill: int = 1, decode: int = 2,
              layers: int | None = None, seed: int = 0, ground_truth_spans: bool = False, modules: str | None = None,
-             graphs: str = "full", fused_allreduce: bool = False, kineto: str = "today") -> dict:
+             graphs: str = "full", fused_allreduce: bool = False, kineto: str = "today", style: str = "engine") -> dict:
     """Write a synthetic Kineto trace to ``path`` (gzip when it ends in ``.gz``), atomically, and its
     ground truth to ``<stem>_truth.json``; return the truth. ``modules``: "none", "layers" (the
     decoder layers' spans; what ``ground_truth_spans`` asks for) or "tree" (every module's);
     ``graphs``: one of ``GRAPHS``; ``fused_allreduce``: each all-reduce fused with the RMSNorm
-    after it (tp > 1); ``kineto``: the generation whose names the trace uses (``GENERATIONS``)."""
+    after it (tp > 1); ``kineto``: the generation whose names the trace uses (``GENERATIONS``);
+    ``style``: a serving engine's fused kernels or a transformers model run eagerly (``STYLES``)."""
     if kineto not in GENERATIONS:
         raise ValueError(f"kineto must be one of {', '.join(GENERATIONS)}, not {kineto!r}")
     if model not in MODELS:
@@ -758,6 +865,11 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         raise ValueError(f"modules must be one of {', '.join(MODULES)}, not {modules!r}")
     if graphs not in GRAPHS:
         raise ValueError(f"graphs must be one of {', '.join(GRAPHS)}, not {graphs!r}")
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, not {style!r}")
+    if style == "hf_eager" and (model not in HF_EAGER_MODELS or vendor != "cuda" or tp != 1 or graphs not in HF_EAGER_GRAPHS):
+        raise ValueError(f"style hf_eager (kernel names from an H100 capture) has models {', '.join(HF_EAGER_MODELS)}, "
+                         f"vendor cuda, tp 1 and graphs {' or '.join(HF_EAGER_GRAPHS)}")
     depth = MODELS[model].layers if layers is None else layers
     if depth < 1:
         raise ValueError("layers must be >= 1")
@@ -766,7 +878,10 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     passes = []
     for index in range(prefill + decode):
         stage = "prefill" if index < prefill else "decode"
-        ops, kinds = _pass_ops(model, vendor, tp, stage, depth, fused_allreduce and tp > 1)
+        if style == "hf_eager":
+            ops, kinds = _hf_eager_pass_ops(model, stage, depth, w.rng, _pass_mode(stage, graphs) == "eager")
+        else:
+            ops, kinds = _pass_ops(model, vendor, tp, stage, depth, fused_allreduce and tp > 1)
         passes.append(w.write_pass(index, stage, ops, kinds, graphs))
     data = orjson.dumps(as_generation(w.document(), kineto))
     path = Path(path)
@@ -776,7 +891,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     m = MODELS[model]
     truth = {
         "path": str(path), "model": model, "vendor": vendor, "tp": tp, "seed": seed, "spans": modules != "none",
-        "modules": modules, "graphs": graphs, "fused_allreduce": fused_allreduce and tp > 1, "kineto": kineto,
+        "modules": modules, "graphs": graphs, "fused_allreduce": fused_allreduce and tp > 1, "kineto": kineto, "style": style,
         "layer_class": f"{m.cls}DecoderLayer" if modules == "layers" else m.tree.layer,
         # each stack's layer class and its layers in a pass that runs it (the vision tower: prefill only)
         "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.stack_tree(1).layer, "layers": m.vision}] if m.vision else []),

@@ -152,7 +152,7 @@ def test_ground_truth_without_spans_raises(real):
 
 # -- generated traces against their truth --------------------------------------------------------
 
-SHORT = {"deepseek_v3": 8, "grok2": 12, "llama": 8, "qwen3": 12, "gpt_oss": 8}
+SHORT = {"deepseek_v3": 8, "grok2": 12, "llama": 8, "qwen3": 12, "gpt_oss": 8, "qwen3_moe": 10}
 #: the models with one stack (the two-stack ones: test_trace_classes)
 ONE_STACK = [m for m in MODELS if not MODELS[m].vision]
 # every model x vendor x tp at full depth and shortened (layers other than the model's own)
