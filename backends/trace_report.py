@@ -411,10 +411,12 @@ def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int
 def _debug_layers(con, a: Analysis, spec: tuple[int, ...], args: argparse.Namespace) -> None:
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
+    from layerc.passes.stage_shapes import stage_votes
     from rich.table import Table
 
     wanted = list(spec)
     k, t, lay = a.trace.kernels, a.table, a.layers
+    votes = None
     shown: set[tuple[int, int]] = set()
     for r in np.nonzero(a.rows)[0].tolist():
         key = (int(t.stage[r]), int(t.index[r]))
@@ -425,10 +427,11 @@ def _debug_layers(con, a: Analysis, spec: tuple[int, ...], args: argparse.Namesp
         idx = idx[np.argsort(k.start[idx], kind="stable")]
         tab = Table(title=f"layer {int(t.index[r])} of pass {int(t.pass_index[r])}: {t.type[r]}, {stage_name(int(t.stage[r]))}",
                     title_justify="left")
+        votes = votes if votes is not None else stage_votes(a.trace, a.cls)  # what each kernel's name or shapes say
         for col in ("#", "kernel", "type", "vote", "stream", "µs"):
             tab.add_column(col, justify="right" if col in ("#", "stream", "µs") else "left")
         for n, i in enumerate(idx.tolist()):
-            tab.add_row(str(n), _short(a, i), TYPES[int(a.cls.type[i])], stage_name(int(a.cls.stage[i])),
+            tab.add_row(str(n), _short(a, i), TYPES[int(a.cls.type[i])], stage_name(int(votes[i])),
                         str(int(k.stream[i])), f"{(k.end[i] - k.start[i]) / 1e3:,.1f}")
         con.print(tab)
     missing = sorted(set(wanted) - {i for _, i in shown})

@@ -102,10 +102,9 @@ def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarr
 def odd_counts(layer: np.ndarray, pass_of: np.ndarray, stack: np.ndarray | None, n: int, spanned: np.ndarray) -> tuple[list[int], int]:
     """The kernel-found passes whose layers of a stack are not as many as the stack's passes
     usually hold, and how many passes were compared. One model runs all of a stack's layers in
-    every forward pass, so a pass holding more than usual is wrong, and so is one holding fewer
-    between the first and the last that run the stack (those two may be cut by the profile),
-    when it has at least half the kernels such a pass usually has (a sampling step between
-    replays holds no layers). Passes decided by module spans are not compared."""
+    every forward pass that runs the stack (a vision tower runs in prefill passes only), so a
+    pass holding more than usual is wrong, and so is one holding fewer but the first and the
+    last (the profile may cut those). Passes decided by module spans are not compared."""
     inside = (layer >= 0) & ~spanned[pass_of] if n else layer >= 0
     if not inside.any():
         return [], 0
@@ -113,7 +112,6 @@ def odd_counts(layer: np.ndarray, pass_of: np.ndarray, stack: np.ndarray | None,
     width, stacks_n = int(layer.max()) + 1, int(st.max()) + 1
     pairs = distinct((pass_of[inside] * stacks_n + st[inside]) * width + layer[inside])
     counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
-    size = np.bincount(pass_of, minlength=n)
     odd: set[int] = set()
     compared: set[int] = set()
     for s in range(stacks_n):
@@ -121,10 +119,9 @@ def odd_counts(layer: np.ndarray, pass_of: np.ndarray, stack: np.ndarray | None,
         if len(has) < 3:
             continue
         usual = int(np.bincount(counts[has, s]).argmax())
-        between = np.arange(has[0] + 1, has[-1])
-        between = between[(size[between] >= 0.5 * np.median(size[has])) & ~spanned[between]]
-        compared.update(between.tolist() + has.tolist())
-        odd.update(between[counts[between, s] != usual].tolist())
+        inner = has[1:-1]
+        compared.update(has.tolist())
+        odd.update(inner[counts[inner, s] != usual].tolist())
         odd.update(has[counts[has, s] > usual].tolist())  # a profile cuts a pass short, never longer
     return sorted(odd), len(compared)
 

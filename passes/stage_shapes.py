@@ -1,11 +1,13 @@
 """A kernel's stage from the shapes its launching op recorded (Kineto ``Input Dims``).
 
-An attention op's first two inputs are its queries and keys. A decode step asks one query per
-sequence against a cache of many keys: some axis holds 1 query and more than 1 key. A prefill's
-queries span the prompt (or, chunked, a piece of it): no axis is like that. This reads structure,
-not names: it holds for any op that launched a kernel the tables call attention, in either
-layout (B, H, S, D or B, S, H, D), and it says nothing where queries and keys differ in rank
-(varlen packing, paged caches), where shapes were not recorded, or in graph replays (no ops).
+PyTorch's dense attention ops (``scaled_dot_product_attention`` and the flash, efficient and
+cuDNN kernels behind it) take queries and keys first, as 4-d tensors (B, H, S, D) or (B, S, H, D).
+A decode step asks one query per sequence against a cache of many keys: some axis holds 1 query
+and more than 1 key. A prefill's queries span the prompt (or, chunked, a piece of it): no axis is
+like that. Only 4-d pairs vote: varlen and paged ops take 3-d packed tokens or caches, or an
+output first. A kernel's name, where it votes, still decides; shapes vote where names are silent
+(cuDNN's and PyTorch's own attention kernels serve prefill and decode alike). Nothing is said
+where shapes were not recorded, or in graph replays (no ops).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def query_key_stage(dims_text: str | None) -> int:
     if not isinstance(dims, list) or len(dims) < 2:
         return UNKNOWN
     q, k = dims[0], dims[1]
-    if not (isinstance(q, list) and isinstance(k, list) and len(q) == len(k) >= 3):
+    if not (isinstance(q, list) and isinstance(k, list) and len(q) == len(k) == 4):
         return UNKNOWN
     if not all(type(x) is int and x > 0 for x in q + k):
         return UNKNOWN
@@ -58,6 +60,7 @@ def attention_shape_stages(trace: Trace, cls: Classification) -> np.ndarray:
 
 
 def stage_votes(trace: Trace, cls: Classification) -> np.ndarray:
-    """Per kernel, the stage it votes for: what its op's shapes say, else what its name says."""
-    shapes = attention_shape_stages(trace, cls)
-    return np.where(shapes >= 0, shapes, cls.stage).astype(np.int8)
+    """Per kernel, the stage it votes for: what its name says, else what its op's shapes say."""
+    if not (cls.stage < 0).any():
+        return cls.stage.astype(np.int8)
+    return np.where(cls.stage >= 0, cls.stage, attention_shape_stages(trace, cls)).astype(np.int8)

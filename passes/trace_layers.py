@@ -225,8 +225,8 @@ class _Pass:
         """Norm kernels and layer-start kernels."""
         return cast(np.ndarray, (self.kind == NORM) | self.start_flag)
 
-    def take(self, keep: np.ndarray) -> _Pass:
-        """The kernels ``keep`` (a mask) as a pass of their own."""
+    def take(self, keep: np.ndarray | slice) -> _Pass:
+        """The kernels ``keep`` (a mask, or a slice: views, no copy) as a pass of their own."""
         return _Pass(*(getattr(self, f)[keep] for f in ("token", "short", "kind", "start_flag", "residual_add", "activation",
                                                         "start", "end")))
 
@@ -256,7 +256,7 @@ def _phase(p: _Pass, s: int, period: int) -> int:
     back = [(a - d) % period for d in range(1, period)]
     if p.start_flag[unit].any():
         found = _input_norm(p, (unit[j] for j in back), p.start_flag)
-        return found - s if found is not None else next(j for j in back if p.start_flag[unit[j]])
+        return found - s if found is not None else next((j for j in back if p.start_flag[unit[j]]), a)
     by_norm = _norm_copy_start(p, unit, a)
     if by_norm is not None:
         return by_norm
@@ -534,8 +534,9 @@ def _more_after_copy(p: _Pass, starts: np.ndarray, anchor: int, period: int) -> 
 
 def _inside_layers(p: _Pass, anchor: int, period: int, breaks: np.ndarray) -> np.ndarray:
     """Per break: whether it falls strictly inside a whole copy of the anchor's layer (the same
-    kernels, by short name, in the same order). A forward pass never ends inside a layer, so such
-    a wait is the host stalling (a launch-bound eager pass, a first call after compilation). Only
+    kernels, by short name, in the same order), or where one copy ends and the next begins. A
+    forward pass never ends inside a layer, nor between two layers with nothing between them
+    (its final norm and lm_head follow the last), so such a wait is the host stalling (a launch-bound eager pass, a first call after compilation). Only
     where the unit is one layer (its first attention kernel does not recur in it): a shallow
     model's unit may be a whole forward pass, whose copies straddle the waits between passes."""
     inside = np.zeros(len(breaks), bool)
@@ -550,7 +551,10 @@ def _inside_layers(p: _Pass, anchor: int, period: int, breaks: np.ndarray) -> np
     before = np.searchsorted(copies, breaks, side="left") - 1  # the last copy starting before each break
     ok = before >= 0
     inside[ok] = breaks[ok] < copies[before[ok]] + period
-    return inside
+    # or exactly where one copy ends and the next begins: between two layers of one pass
+    at = np.minimum(before + 1, len(copies) - 1)
+    joint = ok & (copies[at] == breaks) & (copies[np.maximum(before, 0)] + period == breaks)
+    return cast(np.ndarray, inside | joint)
 
 
 def _after_end(breaks: np.ndarray, starts: np.ndarray, natural: np.ndarray) -> np.ndarray:
@@ -813,7 +817,7 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
         r.warnings.append(f"{len(odd)} of {compared} forward passes hold another number of layers than the others "
                           f"(pass {shown}): the layer boundaries there are doubtful")
     found = [c for c, by_spans in zip(r.layers_per_pass, spanned.tolist()) if c and not by_spans]
-    if found and max(found) < SHALLOW:  # two repeats of a sequence place its boundary anywhere along it
+    if found and max(r.layers_per_pass) < SHALLOW:  # a short pass beside long ones is cut by the profile  # two repeats of a sequence place its boundary anywhere along it
         r.confidence = round(r.confidence / 2, 4)
         r.warnings.append(f"the kernel motif repeats at most {max(found)} times per forward pass: where one layer ends "
                           "and the next begins rests on little evidence")
@@ -955,20 +959,22 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
     edges = np.diff(free)
     begins, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
     extra = 0
+    first_motif = _usual_layer(p, got, run) if len(begins) else None
     for a, b in zip(begins.tolist(), ends.tolist()):
         if b - a < OTHER_STACK:
             continue
-        keep = np.zeros(len(got), bool)
-        keep[a:b] = True
-        inner, inner_run, period, _ = motif_layers(p.take(keep), eager=eager)
+        inner, inner_run, period, _ = motif_layers(p.take(slice(a, b)), eager=eager)
         ids = np.unique(inner[inner >= 0])
         kinds = p.kind[a:b][inner >= 0]
         if len(ids) < 2 or not ((kinds == ATTENTION).sum() >= len(ids) or (kinds == MOE).sum() >= len(ids)):
             continue
-        if _same_layers_again(p, got, stack, run, a, inner, inner_run):
+        if first_motif is not None and _same_layers_again(p, first_motif, a, inner, inner_run):
             # the first motif's layers again, with other kernel variants (a decode pass after a
-            # prefill picks other GEMM tiles): a forward pass of its own, of the same stack
+            # prefill picks other GEMM tiles): a forward pass of its own, of the same stack; a
+            # run boundary the first motif drew among them (at an idle wait) is dropped
             have = a + np.nonzero(inner >= 0)[0]
+            opens[a : int(have[0]) + 1] = False  # one cut on each side, at the longest idle wait there
+            opens[int(have[0]) + 1 : b + 1] = False
             if a:
                 opens[_idle_cut(p.start, p.end, a - 1, int(have[0]))] = True
             if b < len(got):
@@ -986,15 +992,15 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
         return got, run, stack
     run = np.cumsum(opens)
     out = np.full(len(got), -1, np.int64)
-    for r in np.unique(run).tolist():  # number the layers of each run in the order they run
-        sel = np.nonzero((run == r) & (got >= 0))[0]
-        if len(sel):
-            key = stack[sel] * (1 << 21) + got[sel] % (1 << 20)
-            _, first = np.unique(key, return_index=True)
-            order = np.argsort(sel[first], kind="stable")
-            rank = np.empty(len(order), np.int64)
-            rank[order] = np.arange(len(order))
-            out[sel] = rank[np.searchsorted(np.unique(key), key)]
+    sel = np.nonzero(got >= 0)[0]
+    if len(sel):  # number the layers of each run in the order they run
+        key = (run[sel] * (int(stack.max()) + 1) + stack[sel]) * (1 << 20) + got[sel] % (1 << 20)
+        ids, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        order = np.lexsort((first, run[sel][first]))  # each run's layers by their first kernel
+        runs = run[sel][first][order]
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order)) - np.searchsorted(runs, runs)
+        out[sel] = rank[inverse.reshape(-1)]
     return out, run, stack
 
 
@@ -1011,25 +1017,30 @@ def _layer_shapes(short: np.ndarray, layer: np.ndarray) -> Counter[tuple[int, ..
     return Counter(tuple(x.tolist()) for x in np.split(names, cuts))
 
 
-def _same_layers_again(p: _Pass, got: np.ndarray, stack: np.ndarray, run: np.ndarray, a: int, inner: np.ndarray,
-                       inner_run: np.ndarray) -> bool:
-    """Whether a stretch's layers (``inner`` in its runs ``inner_run``, from ``a``) are the first motif's layers again: as
-    many as a forward pass of the first motif usually holds, and the usual layer of each has
-    nearly the same kernels by short name (a prefill and a decode pick other variants of a
-    template or tile; a vision tower or an encoder runs other kernels, a cross-attention more)."""
-    mine = inner >= 0
-    ours = (got >= 0) & (stack == 0)
-    if not ours.any() or not mine.any():
-        return False
+def _usual_layer(p: _Pass, got: np.ndarray, run: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """The first motif's usual layer count per forward pass and its usual layer (short names, sorted)."""
+    ours = got >= 0
+    if not ours.any():
+        return None
     width = int(got[ours].max()) + 1
     per_run = np.bincount(np.unique(run[ours] * width + got[ours]) // width)
     usual = Counter(per_run[per_run > 0].tolist()).most_common(1)[0][0]
-    if len(np.unique(inner[mine])) != usual:
+    return usual, _layer_shapes(p.short, np.where(ours, got + run * width, -1)).most_common(1)[0][0]
+
+
+def _same_layers_again(p: _Pass, first: tuple[int, tuple[int, ...]], a: int, inner: np.ndarray, inner_run: np.ndarray) -> bool:
+    """Whether a stretch's layers (``inner`` in its runs ``inner_run``, from ``a``) are the first
+    motif's layers again (``first``: ``_usual_layer``): as many as a forward pass of the first
+    motif usually holds, and the usual layer of each has nearly the same kernels by short name (a
+    prefill and a decode pick other variants of a template or tile; a vision tower or an encoder
+    runs other kernels, a cross-attention more)."""
+    mine = inner >= 0
+    usual, theirs = first
+    if not mine.any() or len(np.unique(inner[mine])) != usual:
         return False
     layer = _layer_shapes(p.short[a : a + len(inner)], np.where(mine, inner + inner_run * (int(inner.max()) + 1), -1)).most_common(1)[0][0]
-    first = _layer_shapes(p.short, np.where(ours, got + run * width, -1)).most_common(1)[0][0]
-    shared = sum((Counter(layer) & Counter(first)).values())
-    return shared >= SAME_LAYER * max(len(layer), len(first))
+    shared = sum((Counter(layer) & Counter(theirs)).values())
+    return shared >= SAME_LAYER * max(len(layer), len(theirs))
 
 
 def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -29,6 +29,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="LLM serving (default), training steps of a small Llama (forward and backward passes), "
                         "or an HPC stencil code with no layers (--layers, --steps, --seed, --modules apply)")
     p.add_argument("--steps", type=positive_int, default=3, metavar="N", help="training steps or HPC time steps (default 3)")
+    p.add_argument("--requests", type=positive_int, default=1, metavar="R",
+                   help="run the prefill and decode passes R times over, one request after the other (default 1)")
     p.add_argument("--style", choices=STYLES, default="engine",
                    help="a serving engine's fused kernels (default), or a transformers model run eagerly (hf_eager: "
                         "decomposed norms and rope, cuDNN attention, grouped-GEMM experts; llama, qwen3, qwen3_moe on cuda)")
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         truth = generate(args.out, model=args.model, vendor=args.vendor, tp=args.tp, prefill=args.prefill,
                          decode=args.decode, layers=args.layers, seed=args.seed, ground_truth_spans=args.spans,
                          modules=args.modules, graphs=args.graphs, fused_allreduce=args.fused_allreduce, kineto=args.kineto,
-                         style=args.style)
+                         style=args.style, requests=args.requests)
     except ValueError as e:
         raise LayercError(str(e)) from None
     t = truth["totals"]

@@ -440,9 +440,8 @@ def _hf_eager_pass_ops(model: str, stage: str, layers: int, rng: random.Random, 
         layer, kind = _hf_eager_layer_ops(model, i, stage)
         ops += layer
         kinds.append(kind)
-    if eager and layers and rng.random() < 0.5:
-        inside = [j for j, op in enumerate(ops) if op.layer is not None and j and ops[j - 1].layer == op.layer]
-        ops[rng.choice(inside)].stall = rng.uniform(1500, 2500)
+    if eager and layers and rng.random() < 0.5:  # inside a layer, or on its first kernel
+        ops[rng.choice([j for j, op in enumerate(ops) if op.layer is not None])].stall = rng.uniform(1500, 2500)
     ops += [Op(f"hf:{k}") for k in (*_HF_NORM, "lm_head", "argmax")]
     return ops, kinds
 
@@ -843,13 +842,16 @@ class KinetoWriter:
 
 def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: int = 1, prefill: int = 1, decode: int = 2,
              layers: int | None = None, seed: int = 0, ground_truth_spans: bool = False, modules: str | None = None,
-             graphs: str = "full", fused_allreduce: bool = False, kineto: str = "today", style: str = "engine") -> dict:
+             graphs: str = "full", fused_allreduce: bool = False, kineto: str = "today", style: str = "engine",
+             requests: int = 1) -> dict:
     """Write a synthetic Kineto trace to ``path`` (gzip when it ends in ``.gz``), atomically, and its
     ground truth to ``<stem>_truth.json``; return the truth. ``modules``: "none", "layers" (the
     decoder layers' spans; what ``ground_truth_spans`` asks for) or "tree" (every module's);
     ``graphs``: one of ``GRAPHS``; ``fused_allreduce``: each all-reduce fused with the RMSNorm
     after it (tp > 1); ``kineto``: the generation whose names the trace uses (``GENERATIONS``);
-    ``style``: a serving engine's fused kernels or a transformers model run eagerly (``STYLES``)."""
+    ``style``: a serving engine's fused kernels or a transformers model run eagerly (``STYLES``);
+    ``requests``: the prefill and decode passes run this many times over, one request after the
+    other (a prefill between decode steps)."""
     if kineto not in GENERATIONS:
         raise ValueError(f"kineto must be one of {', '.join(GENERATIONS)}, not {kineto!r}")
     if model not in MODELS:
@@ -858,6 +860,8 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         raise ValueError(f"vendor must be one of {', '.join(VENDORS)}, not {vendor!r}")
     if tp not in (1, 2, 4, 8):
         raise ValueError(f"tp must be 1, 2, 4 or 8, not {tp!r}")
+    if requests < 1:
+        raise ValueError("requests must be >= 1")
     if prefill < 0 or decode < 0 or prefill + decode == 0:
         raise ValueError("prefill and decode must be >= 0, and at least one pass is needed")
     modules = modules or ("layers" if ground_truth_spans else "none")
@@ -876,8 +880,8 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
     t0 = time.perf_counter()
     w = KinetoWriter(model, vendor, tp, seed, modules)
     passes = []
-    for index in range(prefill + decode):
-        stage = "prefill" if index < prefill else "decode"
+    for index in range((prefill + decode) * requests):
+        stage = "prefill" if index % (prefill + decode) < prefill else "decode"
         if style == "hf_eager":
             ops, kinds = _hf_eager_pass_ops(model, stage, depth, w.rng, _pass_mode(stage, graphs) == "eager")
         else:
@@ -896,7 +900,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         # each stack's layer class and its layers in a pass that runs it (the vision tower: prefill only)
         "stacks": [{"class": m.tree.layer, "layers": depth}] + ([{"class": m.stack_tree(1).layer, "layers": m.vision}] if m.vision else []),
         "totals": {
-            "kernels": len(kernels), "passes": len(passes), "prefill_passes": prefill, "decode_passes": decode,
+            "kernels": len(kernels), "passes": len(passes), "prefill_passes": prefill * requests, "decode_passes": decode * requests,
             "layers_per_pass": depth, "layers": sum(p["layers"] for p in passes),
             # grok2's dual-residual norm fires twice per block: what a norm-boundary detector counts
             "half_layers_per_pass": 2 * depth if model == "grok2" else depth,

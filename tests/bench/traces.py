@@ -100,6 +100,7 @@ def bench_analysis(path: Path, repeat: int) -> dict:
     from layerc.grammar.traces import read_trace
     from layerc.passes.kernel_tables import kernel_table
     from layerc.passes.layer_facts import kernel_stages, layer_table
+    from layerc.passes.stage_shapes import stage_votes
     from layerc.passes.trace_layers import detect_layers
 
     trace = read_trace(path)
@@ -110,8 +111,9 @@ def bench_analysis(path: Path, repeat: int) -> dict:
         t1 = time.perf_counter()
         layers = detect_layers(trace, "auto", cls)
         t2 = time.perf_counter()
-        table = layer_table(trace, cls, layers)
-        kernel_stages(trace, cls, layers, table)
+        votes = stage_votes(trace, cls)
+        table = layer_table(trace, cls, layers, votes)
+        kernel_stages(trace, cls, layers, table, votes)
         t3 = time.perf_counter()
         if not best or t3 - t0 < best["seconds"]:
             best = {"seconds": t3 - t0, "classify_s": t1 - t0, "detect_s": t2 - t1, "facts_s": t3 - t2,

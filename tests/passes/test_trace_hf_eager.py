@@ -33,7 +33,9 @@ def _check(path, truth, strict: bool) -> None:
                                                                                  trace.kernels.start.tolist())])
         assert np.array_equal(stage[layer >= 0], want[layer >= 0])  # by the attention's shapes, or a replay's
     elif not right:  # a shallow model: no answer, or a doubtful one said so, never a confident wrong one
-        assert r.strategy == "none" or r.warnings, (r.layers_per_pass, per_pass, r.confidence)
+        doubts = ("no layer structure found", "another number of layers", "repeats at most", "low confidence")
+        assert r.strategy == "none" or any(w.startswith(doubts) or doubts[1] in w or doubts[2] in w for w in r.warnings), \
+            (r.layers_per_pass, per_pass, r.confidence, r.warnings)
 
 
 @pytest.mark.parametrize("graphs", HF_EAGER_GRAPHS)
@@ -46,10 +48,13 @@ def test_hf_eager_layers_passes_and_stages(tmp_path, model, graphs):
 
 @settings(max_examples=25, deadline=None)
 @given(model=st.sampled_from(HF_EAGER_MODELS), graphs=st.sampled_from(HF_EAGER_GRAPHS), layers=st.integers(2, 14),
-       prefill=st.integers(0, 2), decode=st.integers(1, 4), seed=st.integers(0, 2**16))
-def test_any_hf_eager_run(tmp_path_factory, model, graphs, layers, prefill, decode, seed):
+       prefill=st.integers(0, 2), decode=st.integers(1, 4), requests=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_any_hf_eager_run(tmp_path_factory, model, graphs, layers, prefill, decode, requests, seed):
+    """Any model, graph mode and depth, requests one after another (a prefill between decode
+    steps), host stalls anywhere in a layer (its first kernel too)."""
     path = tmp_path_factory.mktemp("hf") / "hf.json.gz"
-    truth = generate(path, model=model, style="hf_eager", graphs=graphs, layers=layers, prefill=prefill, decode=decode, seed=seed)
+    truth = generate(path, model=model, style="hf_eager", graphs=graphs, layers=layers, prefill=prefill, decode=decode,
+                     requests=requests, seed=seed)
     _check(path, truth, strict=layers >= 4)
 
 
