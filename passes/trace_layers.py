@@ -36,7 +36,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace, unique_inverse
+from layerc.ir.trace import Kernels, Trace, distinct, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -907,8 +907,34 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
     confidence = float(sum(scores) / max(len(k), 1)) * float((layer >= 0).mean() if len(k) else 0)
     usual_period = Counter(periods).most_common(1)[0][0] if periods else None
     found = LayerResult(layer, pass_s, name, confidence, usual_period, per_pass_counts(layer, pass_s))
-    found.stack = np.where(layer >= 0, np.maximum(stack, 0), -1)
+    found.stack = _one_model_stacks(np.where(layer >= 0, np.maximum(stack, 0), -1), layer, pass_s)
     return found
+
+
+def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray) -> np.ndarray:
+    """Motif stacks joined where they are one model's: two stacks that no pass runs together,
+    with as many layers in each pass that runs them, are the same layers run as other kernels (an
+    eager prefill and the compiled decode steps of ``torch.compile``: aten kernels, then Inductor's
+    fused Triton ones). A vision tower or an encoder runs in a pass beside the stack it feeds."""
+    inside = stack >= 0
+    if not inside.any() or int(stack.max()) == 0:
+        return stack
+    n, width = int(pass_of.max()) + 1, int(layer.max()) + 1
+    stacks_n = int(stack.max()) + 1
+    pairs = distinct((pass_of[inside] * stacks_n + stack[inside]) * width + layer[inside])
+    counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
+    runs = counts > 0
+    merged = np.arange(stacks_n)
+    for b in range(1, stacks_n):
+        for a in range(b):
+            if merged[a] != a:
+                continue
+            both = runs[:, merged == a].any(1) & runs[:, b]
+            usual = [int(np.bincount(counts[runs[:, s], s]).argmax()) for s in (a, b)]
+            if not both.any() and usual[0] == usual[1]:
+                merged[b] = a
+                break
+    return np.where(inside, merged[np.maximum(stack, 0)], -1)
 
 
 def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]]) -> np.ndarray:

@@ -123,3 +123,11 @@ def test_the_hybrid_stack_has_two_kinds_of_layers():
     for p in np.unique(r.pass_of).tolist():
         with_attention = sorted(set(r.layer[(r.pass_of == p) & (cls.type == TYPES.index("ATTENTION"))].tolist()))
         assert with_attention == full
+
+
+def test_one_model_is_one_stack(report):
+    """An eager prefill and compiled decode steps run the same layers as other kernels (aten,
+    then Inductor's fused Triton ones): one stack, not two."""
+    name, doc, t, _ = report
+    assert len(doc["stacks"]) == 1, doc["stacks"]
+    assert doc["stacks"][0]["layers"] == t["num_hidden_layers"]

@@ -112,3 +112,24 @@ def test_a_wait_inside_a_layer_or_between_two_of_its_copies_is_a_stall():
     assert tl._inside_layers(p, 0, len(unit), breaks).tolist() == [True, True, True, False, False]
     two_layers = _pass_of(unit * 2, 2, [])  # a unit whose attention recurs may be a whole pass: no stall is known
     assert not tl._inside_layers(two_layers, 0, 12, np.array([3])).any()
+
+
+def test_stacks_that_never_run_together_with_as_many_layers_are_one_model():
+    """A compiled model's eager prefill and its Inductor decode steps: two motifs, one stack. A
+    vision tower runs in the same pass as the language model: two stacks. So does a stack with
+    other layer counts (a one-layer draft model between the target's steps)."""
+    def columns(passes: list[list[tuple[int, int]]]):  # per pass: (stack, layers) pairs
+        layer, pass_of, stack = [], [], []
+        for q, pairs in enumerate(passes):
+            for s, n in pairs:
+                layer += list(range(n))
+                pass_of += [q] * n
+                stack += [s] * n
+        return np.array(stack), np.array(layer), np.array(pass_of)
+
+    alternating = columns([[(0, 8)], [(1, 8)], [(1, 8)], [(0, 8)], [(1, 8)]])
+    assert set(tl._one_model_stacks(*alternating).tolist()) == {0}
+    vlm = columns([[(1, 24), (0, 28)], [(0, 28)], [(0, 28)], [(1, 24), (0, 28)]])
+    assert set(tl._one_model_stacks(*vlm).tolist()) == {0, 1}
+    draft = columns([[(0, 32)], [(1, 1)], [(0, 32)], [(1, 1)]])
+    assert set(tl._one_model_stacks(*draft).tolist()) == {0, 1}
