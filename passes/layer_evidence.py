@@ -126,6 +126,23 @@ def odd_counts(layer: np.ndarray, pass_of: np.ndarray, stack: np.ndarray | None,
     return sorted(odd), len(compared)
 
 
+def stray_heavy(layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray, start: np.ndarray) -> int:
+    """Attention and expert kernels in no layer though layers of their pass run before and after
+    them: every layer of a decoder holds its attention (or linear attention) and its experts, so
+    such a kernel is a layer the result missed (another kind of layer in a hybrid stack)."""
+    inside = layer >= 0
+    heavy = ((kind == ATTENTION) | (kind == MOE)) & ~inside
+    if not inside.any() or not heavy.any():
+        return 0
+    n = int(pass_of.max()) + 1
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first, pass_of[inside], start[inside])
+    np.maximum.at(last, pass_of[inside], start[inside])
+    q = pass_of[heavy]
+    return int(((start[heavy] > first[q]) & (start[heavy] < last[q])).sum())
+
+
 def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:
     """Distinct layers in each of ``n`` passes."""
     inside = layer >= 0

@@ -793,15 +793,17 @@ def detect_layers(
         share = float((spans.layer >= 0).mean())
         if share < 0.25:  # spans around a few layers do not decide
             raise ValueError(f"the nn.Module or NVTX layer spans hold {100 * share:.1f}% of the kernels; ground truth needs 25%")
-        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, kind, step)
+        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, kind, step, pass_of)
     found = _by_kernels(columns, pass_of, strategy, merge)
     return _finish(trace, found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns), spans,
-                   kind, step)
+                   kind, step, pass_of)
 
 
-def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray, step: np.ndarray) -> LayerResult:
+def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray, step: np.ndarray,
+            segments: np.ndarray) -> LayerResult:
     """The layers as reported: kernel-found layers kept only where they look like layers (no
-    layer structure is an answer), the stacks, the steps, the evidence and the warnings."""
+    layer structure is an answer), the stacks, the steps, the evidence and the warnings.
+    ``segments``: the passes as segmented before any layer was looked for (a replay is one)."""
     k = trace.kernels
     n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
     spanned = evidence.spanned_passes(r.pass_of, n, spans.layer if spans is not None and r.strategy.startswith("ground-truth") else None)
@@ -809,8 +811,14 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
     r.layers_per_pass = per_pass_counts(r.layer, r.pass_of)
     r.confidence = evidence.confidence(r.layer, r.pass_of, n, kind, k.name, k.start, k.end, spanned)
     odd, compared = evidence.odd_counts(r.layer, r.pass_of, r.stack, n, spanned)
+    stray = evidence.stray_heavy(r.layer, segments, kind, k.start)
     r.evidence = {"module_spans": bool(spanned.any()), "period": r.period, "passes_without_layer_structure": dropped,
-                  "passes_with_other_layer_counts": len(odd)}
+                  "passes_with_other_layer_counts": len(odd), "stray_attention_or_experts": stray}
+    if stray:  # every decoder layer holds its attention and experts: a kind of layer was missed
+        heavy = int(((kind == ATTENTION) | (kind == MOE)).sum())
+        r.confidence = round(r.confidence * (1 - stray / max(heavy, 1)), 4)
+        r.warnings.append(f"{stray} attention or expert kernels lie between layers of their pass but in none: the layers "
+                          "miss a kind of layer (a hybrid stack's?); --strategy boundary cuts at every layer's norm")
     if odd:  # one model runs the same layers in every forward pass: some of these are wrong
         r.confidence = round(r.confidence * (1 - len(odd) / compared), 4)
         shown = ", ".join(map(str, odd[:8])) + (f" and {len(odd) - 8} more" if len(odd) > 8 else "")
@@ -853,15 +861,23 @@ def mark_partial(r: LayerResult) -> LayerResult:
 
 
 def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bool) -> LayerResult:
-    """Motif or boundary layers; ``auto`` takes the motif when it is confident, else the more
-    confident of the two."""
-    results = {}
+    """Motif or boundary layers; ``auto`` takes the motif when it is confident and leaves no
+    attention or expert kernel between its layers, else the boundary's where the motif leaves
+    more of them, else the more confident of the two."""
+    results, stray = {}, {}
+    kind, start = columns.cls.type, columns.kernels.start
     for name in ("motif", "boundary") if strategy == "auto" else (strategy,):
         results[name] = _by_strategy(columns, pass_of, name, merge)
-        if name == "motif" and strategy == "auto" and results[name].confidence >= 0.8:
+        # within the passes as segmented (a replay is one): the motif may cut one where it lost track
+        stray[name] = evidence.stray_heavy(results[name].layer, pass_of, kind, start)
+        if name == "motif" and strategy == "auto" and results[name].confidence >= 0.8 and not stray[name]:
             break
     if len(results) == 1:
         return next(iter(results.values()))
+    if stray["motif"] > stray["boundary"] and (results["boundary"].layer >= 0).any():
+        # the motif left attention or experts between its layers: a layer kind it does not know
+        # (a hybrid stack's), which the layer-start norms around every layer do
+        return results["boundary"]
     # the motif where the measure reported (time the layers hold, layers that repeat) trusts it,
     # else the more trusted: a strategy that misses a stack (a backward pass, a vision tower)
     # holds less of the time

@@ -107,6 +107,10 @@ MODELS = {
     "grok2": Model(64, "Grok1", (1, 8), Tree("Grok1ForCausalLM", "Grok1Model", "Grok1DecoderLayer", "Grok1Attention", "Grok1MoE")),
     "llama": Model(32, "Llama", (1, 4), _hf("Llama")),
     "qwen3": Model(36, "Qwen3", (1, 4), _hf("Qwen3")),
+    # a hybrid stack: three Gated-DeltaNet layers (flash-linear-attention's Triton kernels), then
+    # one gated full-attention layer, each with a MoE and a shared expert
+    "qwen3_next": Model(48, "Qwen3Next", (1, 4), Tree("Qwen3NextForCausalLM", "Qwen3NextModel", "Qwen3NextDecoderLayer",
+                                                      "Qwen3NextGatedDeltaNet", "Qwen3NextSparseMoeBlock", "Qwen3NextRMSNorm")),
     "qwen3_moe": Model(48, "Qwen3Moe", (1, 4), Tree("Qwen3MoeForCausalLM", "Qwen3MoeModel", "Qwen3MoeDecoderLayer",
                                                     "Qwen3MoeAttention", "Qwen3MoeSparseMoeBlock", "Qwen3MoeRMSNorm")),
     # vLLM's gpt-oss: the MLPBlock (router + MoE) nests inside each TransformerBlock
@@ -170,6 +174,12 @@ _KIND = {
     "patch_embed": ("LINEAR", "aten::convolution", "gemm", 20.0),
     "routing": ("MOE", "vllm::moe_routing", "small", 4.0),
     "moe_finalize": ("MOE", "vllm::moe_finalize", "rows", 5.0),
+    "gdn_conv": ("ELEMENTWISE", "vllm::causal_conv1d", "rows", 4.0),
+    "gdn_gating": ("ELEMENTWISE", "vllm::fused_gdn_gating", "rows", 2.5),
+    "gdn_chunk": ("ATTENTION", "vllm::chunk_gated_delta_rule", "attn", 12.0),
+    "gdn_recurrent": ("ATTENTION", "vllm::fused_recurrent_gated_delta_rule", "attn", 8.0),
+    "gated_norm": ("NORM", "vllm::rms_norm_gated", "rows", 3.0),
+    "sigmoid_mul": ("ELEMENTWISE", "aten::mul", "ew", 2.5),
 }
 
 # the eager ops of a transformers model: (type, cpu_op, grid kind, base µs); names in hf_eager_kernels
@@ -279,6 +289,15 @@ _ROCM = {
     "to_float": "void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16tofloat32_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16tofloat32_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul>)",
 }
 _COMMON = {  # the same library on both stacks (PyTorch's own kernels, Triton kernels)
+    # flash-linear-attention's Triton kernels for Gated DeltaNet (vLLM / SGLang Qwen3-Next)
+    "gdn_conv": ("_causal_conv1d_fwd_kernel", "_causal_conv1d_update_kernel"),
+    "gdn_gating": "fused_gdn_gating_kernel",
+    "gdn_cumsum": "chunk_local_cumsum_scalar_kernel", "gdn_kkt": "chunk_scaled_dot_kkt_fwd_kernel",
+    "gdn_solve": "solve_tril_16x16_kernel", "gdn_wu": "recompute_w_u_fwd_kernel",
+    "gdn_h": "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "gdn_o": "chunk_fwd_kernel_o",
+    "gdn_recurrent": "fused_recurrent_gated_delta_rule_fwd_kernel",
+    "gated_norm": "_layer_norm_fwd_1pass_kernel",
+    "sigmoid_mul": "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)",
     "ln": "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)",
     "gelu": "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul>)",
     "topk_ogs": "_topk_forward",
@@ -311,9 +330,13 @@ _NAMES = {"cuda": _CUDA, "rocm": _ROCM}
 #: name variants that share a base kind (type, cpu op, grid, duration)
 _BASE = {"gemm_fp8": "gemm", "attn_grok": "attn", "attn_mla": "attn", "attn_reduce_mla": "attn_reduce",
          "topk_grouped": "topk", "rms_fp8": "norm", "router": "gemm", "o_proj": "gemm", "vit_attn": "attn", "attn_sink": "attn",
-         "topk_ogs": "topk", "moe_gate_up": "moe_gemm", "moe_down": "moe_gemm"}
+         "topk_ogs": "topk", "moe_gate_up": "moe_gemm", "moe_down": "moe_gemm",
+         **{k: "gdn_chunk" for k in ("gdn_cumsum", "gdn_kkt", "gdn_solve", "gdn_wu", "gdn_h", "gdn_o")}}
 #: triton kernels are launched through the driver on CUDA; hipBLASLt / asm kernels through the module API on ROCm
-_TRITON = {"fused_moe_kernel", "fused_dual_residual_rmsnorm_kernel", "compute_position_kernel",
+_TRITON = {"_causal_conv1d_fwd_kernel", "_causal_conv1d_update_kernel", "fused_gdn_gating_kernel", "chunk_local_cumsum_scalar_kernel",
+           "chunk_scaled_dot_kkt_fwd_kernel", "solve_tril_16x16_kernel", "recompute_w_u_fwd_kernel",
+           "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o", "fused_recurrent_gated_delta_rule_fwd_kernel",
+           "_layer_norm_fwd_1pass_kernel", "fused_moe_kernel", "fused_dual_residual_rmsnorm_kernel", "compute_position_kernel",
            "create_flashinfer_kv_indices_triton", "_fused_rms_fp8_group_quant_kernel", "_gemm_a8w8_blockscale_kernel",
            "_batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant_kernel", "kernel_unified_attention_2d",
            "_topk_forward", "_combined_routing_compute", "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1_swiglu",
@@ -374,6 +397,19 @@ def _layer_ops(model: str, vendor: str, i: int, tp: int, stage: str) -> tuple[li
         moe += ["moe_gemm", "moe_gemm"] if vendor == "rocm" else ["moe_sort", "moe_gemm", "act", "moe_gemm", "moe_sum"]
         ops = [Op(k) for k in attn + moe + ar]
         kind = "MHA_MOE"
+    elif model == "qwen3_next":
+        first = "norm" if i == 0 else "add_norm"
+        if (i + 1) % 4:  # Gated DeltaNet: projections, short conv, gating, the delta rule (chunked or recurrent), gated norm
+            rule = ["gdn_cumsum", "gdn_kkt", "gdn_solve", "gdn_wu", "gdn_h", "gdn_o"] if not decode else ["gdn_recurrent"]
+            mixer, kind = ["gemm", "gemm", "gdn_conv", "gdn_gating", *rule, "gated_norm"], "GDN_MOE"
+        else:  # gated attention: q/k norms, rope, the cache, attention, the output gate
+            mixer, kind = ["gemm", "head_norm", "head_norm", "rope", "kv_write", "attn"], "MHA_MOE"
+            mixer += ["attn_reduce"] if decode and vendor == "rocm" else []
+            mixer += ["sigmoid_mul"]
+        moe = ["add_norm", "router", "topk", "moe_align"]
+        moe += ["moe_gemm", "moe_gemm"] if vendor == "rocm" else ["moe_sort", "moe_gemm", "act", "moe_gemm", "moe_sum"]
+        shared = ["gemm", "act", "gemm", "sigmoid_mul"]
+        ops = [Op(k) for k in [first, *mixer, "o_proj", *ar, *moe, *shared, *ar]]
     elif model == "qwen3_moe":
         first = "norm" if i == 0 else "add_norm"
         attn = [first, "gemm", "head_norm", "head_norm", "rope", "kv_write", "attn"]

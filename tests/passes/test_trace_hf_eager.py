@@ -33,8 +33,8 @@ def _check(path, truth, strict: bool) -> None:
                                                                                  trace.kernels.start.tolist())])
         assert np.array_equal(stage[layer >= 0], want[layer >= 0])  # by the attention's shapes, or a replay's
     elif not right:  # a shallow model: no answer, or a doubtful one said so, never a confident wrong one
-        doubts = ("no layer structure found", "another number of layers", "repeats at most", "low confidence")
-        assert r.strategy == "none" or any(w.startswith(doubts) or doubts[1] in w or doubts[2] in w for w in r.warnings), \
+        doubts = ("no layer structure found", "another number of layers", "repeats at most", "low confidence", "in none")
+        assert r.strategy == "none" or any(d in w for d in doubts for w in r.warnings), \
             (r.layers_per_pass, per_pass, r.confidence, r.warnings)
 
 
@@ -55,7 +55,7 @@ def test_any_hf_eager_run(tmp_path_factory, model, graphs, layers, prefill, deco
     path = tmp_path_factory.mktemp("hf") / "hf.json.gz"
     truth = generate(path, model=model, style="hf_eager", graphs=graphs, layers=layers, prefill=prefill, decode=decode,
                      requests=requests, seed=seed)
-    _check(path, truth, strict=layers >= 4)
+    _check(path, truth, strict=layers >= 6)  # shallower runs: right, or doubtful and said so
 
 
 def test_hf_eager_asks_for_what_it_has(tmp_path):

@@ -152,9 +152,19 @@ def test_ground_truth_without_spans_raises(real):
 
 # -- generated traces against their truth --------------------------------------------------------
 
-SHORT = {"deepseek_v3": 8, "grok2": 12, "llama": 8, "qwen3": 12, "gpt_oss": 8, "qwen3_moe": 10}
+SHORT = {"deepseek_v3": 8, "grok2": 12, "llama": 8, "qwen3": 12, "gpt_oss": 8, "qwen3_moe": 10, "qwen3_next": 12}
 #: the models with one stack (the two-stack ones: test_trace_classes)
 ONE_STACK = [m for m in MODELS if not MODELS[m].vision]
+#: hybrid stacks (layers of two kinds): the motif alone places one kind; ``auto`` takes the
+#: layer-start norms there, and the motif's result says what it missed
+HYBRID = frozenset({"qwen3_next"})
+_MOTIF_MISSES = "the kernel motif alone places one kind of a hybrid stack's layers (it warns of the attention it left out)"
+
+
+def motif_misses(request, model: str, strategy: str) -> None:
+    """Mark a motif-only check on a hybrid stack as a known miss (strict: it must fail)."""
+    if strategy == "motif" and model in HYBRID:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=_MOTIF_MISSES))
 # every model x vendor x tp at full depth and shortened (layers other than the model's own)
 CASES = [(m, v, tp, layers) for m in ONE_STACK for v in ("cuda", "rocm") for tp in (1, 8) for layers in (None, SHORT[m])]
 CASES += [(m, v, 4, None) for m in ("llama", "qwen3") for v in ("cuda", "rocm")]  # the issue's TP4 cases
@@ -197,8 +207,9 @@ def _same_passes(r, pass_, layer):
 
 
 @pytest.mark.parametrize("strategy", ["auto", "motif"])
-def test_generated_layers_match_truth(generated, strategy, record_property):
+def test_generated_layers_match_truth(generated, strategy, record_property, request):
     case, trace, layer, pass_, per_pass = generated
+    motif_misses(request, case[0], strategy)
     r = detect_layers(trace, strategy)
     record_property(f"gen {_id(case)} {strategy}", f"{r.strategy} {float(np.mean(r.layer == layer)):.4f}")
     assert r.layers_per_pass == per_pass
@@ -207,10 +218,11 @@ def test_generated_layers_match_truth(generated, strategy, record_property):
 
 
 @pytest.mark.parametrize("strategy", ["auto", "motif", "boundary"])
-def test_generated_outside_layers_match_truth(generated, strategy):
+def test_generated_outside_layers_match_truth(generated, strategy, request):
     """Inputs, embedding, final norm, lm_head and sampling are in no layer, except that a graph
     replay's tail (after its last layer) counts in its last layer."""
-    _, trace, layer, pass_, _ = generated
+    case, trace, layer, pass_, _ = generated
+    motif_misses(request, case[0], strategy)
     r = detect_layers(trace, strategy)
     expected = np.full(len(layer), -1, np.int64)
     k = trace.kernels
@@ -260,13 +272,13 @@ def test_spans_and_replays_get_layers_in_every_pass(model, tmp_path):
     and motif layers in the replays (it used to leave the replays without layers)."""
     trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, vendor="cuda", tp=1, layers=SHORT[model], seed=4)
     r = detect_layers(trace, "auto")
-    assert r.strategy == "ground-truth+motif"
+    assert r.strategy == ("ground-truth+boundary" if model in HYBRID else "ground-truth+motif")
     assert r.layers_per_pass == per_pass == [SHORT[model]] * 3
     assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
     spanned = from_spans(trace) >= 0
     assert spanned.any() and not spanned[trace.replayed()].any()
     assert np.array_equal(r.layer[spanned], from_spans(trace)[spanned])
-    motif = detect_layers(trace, "motif")
+    motif = detect_layers(trace, "boundary" if model in HYBRID else "motif")
     replayed = trace.replayed()
     assert np.array_equal(r.layer[replayed], motif.layer[replayed])  # replay tails included
 
@@ -344,11 +356,12 @@ def test_thin_spans_do_not_decide(tmp_path):
 def test_split_half_layers_with_every_strategy(model, tmp_path):
     """``merge=False`` cuts every strategy's layers into their attention and FFN halves, the same
     halves the boundary strategy finds; merging them back gives the layers."""
-    trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, vendor="rocm", tp=8, layers=4, seed=3)
+    depth = 8 if model in HYBRID else 4  # a hybrid's other layer kind must lie between layers to be seen
+    trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, vendor="rocm", tp=8, layers=depth, seed=3)
     cls = kernel_table().classify(trace)
     halves = detect_layers(trace, "boundary", cls, merge=False)
-    assert halves.layers_per_pass == [8, 8, 8]
-    for strategy in ("auto", "motif", "ground-truth"):
+    assert halves.layers_per_pass == [2 * depth] * 3
+    for strategy in ("auto", "ground-truth") if model in HYBRID else ("auto", "motif", "ground-truth"):
         whole, split = detect_layers(trace, strategy, cls), detect_layers(trace, strategy, cls, merge=False)
         assert split.strategy == whole.strategy and np.array_equal(split.pass_of, whole.pass_of)
         assert split.layers_per_pass == [2 * n for n in whole.layers_per_pass]
@@ -516,6 +529,9 @@ def test_back_to_back_eager_passes_without_spans(model, tmp_path):
     layer, pass_, per_pass = truth_columns(trace, truth)
     for strategy in ("auto", "motif"):
         r = detect_layers(trace, strategy)
+        if strategy == "motif" and model in HYBRID:
+            assert any("lie between layers of their pass but in none" in w for w in r.warnings)
+            continue
         assert r.layers_per_pass == per_pass == [MODELS[model].layers] * 2
         assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) >= 0.95
 
