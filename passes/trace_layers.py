@@ -36,7 +36,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace, distinct, unique_inverse
+from layerc.ir.trace import Kernels, Trace, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -874,9 +874,10 @@ def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bo
             break
     if len(results) == 1:
         return next(iter(results.values()))
-    if stray["motif"] > stray["boundary"] and (results["boundary"].layer >= 0).any():
+    if stray["motif"] > stray["boundary"] and sum(results["boundary"].layers_per_pass) >= sum(results["motif"].layers_per_pass):
         # the motif left attention or experts between its layers: a layer kind it does not know
-        # (a hybrid stack's), which the layer-start norms around every layer do
+        # (a hybrid stack's), which the layer-start norms around every layer do (and find at
+        # least as many layers: a result of fewer layers leaves less room for strays)
         return results["boundary"]
     # the motif where the measure reported (time the layers hold, layers that repeat) trusts it,
     # else the more trusted: a strategy that misses a stack (a backward pass, a vision tower)
@@ -923,34 +924,43 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
     confidence = float(sum(scores) / max(len(k), 1)) * float((layer >= 0).mean() if len(k) else 0)
     usual_period = Counter(periods).most_common(1)[0][0] if periods else None
     found = LayerResult(layer, pass_s, name, confidence, usual_period, per_pass_counts(layer, pass_s))
-    found.stack = _one_model_stacks(np.where(layer >= 0, np.maximum(stack, 0), -1), layer, pass_s)
+    found.stack = _one_model_stacks(np.where(layer >= 0, np.maximum(stack, 0), -1), layer, pass_s, columns.cls.type)
     return found
 
 
-def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray) -> np.ndarray:
+def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """Motif stacks joined where they are one model's: two stacks that no pass runs together,
-    with as many layers in each pass that runs them, are the same layers run as other kernels (an
-    eager prefill and the compiled decode steps of ``torch.compile``: aten kernels, then Inductor's
-    fused Triton ones). A vision tower or an encoder runs in a pass beside the stack it feeds."""
+    with as many layers in each pass that runs them and about as many GEMMs in each layer (within
+    half again), are the same layers run as other kernels (an eager prefill and the compiled
+    decode steps of ``torch.compile``: aten kernels, then Inductor's fused Triton ones). A vision
+    tower or an encoder runs in a pass beside the stack it feeds; a training step's backward
+    pass runs twice the GEMMs of its forward pass."""
     inside = stack >= 0
     if not inside.any() or int(stack.max()) == 0:
         return stack
-    n, width = int(pass_of.max()) + 1, int(layer.max()) + 1
-    stacks_n = int(stack.max()) + 1
-    pairs = distinct((pass_of[inside] * stacks_n + stack[inside]) * width + layer[inside])
+    ids, dense = np.unique(stack[inside], return_inverse=True)
+    st = np.full(len(stack), -1, np.int64)
+    st[inside] = dense.reshape(-1)
+    n, width, stacks_n = int(pass_of.max()) + 1, int(layer.max()) + 1, len(ids)
+    key = (pass_of[inside] * stacks_n + st[inside]) * width + layer[inside]
+    pairs, first = np.unique(key, return_index=True)
     counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
+    gemms = np.bincount(np.searchsorted(pairs, key), weights=kind[inside] == LINEAR, minlength=len(pairs))
+    layer_stack = (pairs // width) % stacks_n
     runs = counts > 0
+    usual = [int(np.bincount(counts[runs[:, s], s]).argmax()) for s in range(stacks_n)]
+    usual_gemms = [float(np.median(gemms[layer_stack == s])) for s in range(stacks_n)]
     merged = np.arange(stacks_n)
     for b in range(1, stacks_n):
         for a in range(b):
-            if merged[a] != a:
+            together = np.asarray(runs[:, merged == a].any(1)) & runs[:, b]  # passes that run both
+            if merged[a] != a or together.any() or usual[a] != usual[b]:
                 continue
-            both = runs[:, merged == a].any(1) & runs[:, b]
-            usual = [int(np.bincount(counts[runs[:, s], s]).argmax()) for s in (a, b)]
-            if not both.any() and usual[0] == usual[1]:
+            g = sorted((usual_gemms[a], usual_gemms[b]))
+            if g[0] > 0 and g[1] <= 1.5 * g[0]:
                 merged[b] = a
                 break
-    return np.where(inside, merged[np.maximum(stack, 0)], -1)
+    return np.where(inside, ids[merged[np.maximum(st, 0)]], -1)
 
 
 def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]]) -> np.ndarray:

@@ -125,7 +125,7 @@ def test_stacks_that_never_run_together_with_as_many_layers_are_one_model():
                 layer += list(range(n))
                 pass_of += [q] * n
                 stack += [s] * n
-        return np.array(stack), np.array(layer), np.array(pass_of)
+        return np.array(stack), np.array(layer), np.array(pass_of), np.full(len(layer), tl.LINEAR)
 
     alternating = columns([[(0, 8)], [(1, 8)], [(1, 8)], [(0, 8)], [(1, 8)]])
     assert set(tl._one_model_stacks(*alternating).tolist()) == {0}
@@ -133,3 +133,16 @@ def test_stacks_that_never_run_together_with_as_many_layers_are_one_model():
     assert set(tl._one_model_stacks(*vlm).tolist()) == {0, 1}
     draft = columns([[(0, 32)], [(1, 1)], [(0, 32)], [(1, 1)]])
     assert set(tl._one_model_stacks(*draft).tolist()) == {0, 1}
+    gap = columns([[(0, 2)], [(2, 2)]])  # stack ids need not be dense
+    assert set(tl._one_model_stacks(*gap).tolist()) == {0}
+
+
+def test_a_training_steps_backward_is_not_its_forward(tmp_path):
+    """Forward and backward passes never run together and hold as many layers, but a backward
+    layer runs about twice the GEMMs: two stacks (the backward's layers run in reverse)."""
+    from layerc.backends.synth import kineto_workloads
+
+    path = tmp_path / "train.json.gz"
+    kineto_workloads.generate(path, workload="training", layers=4, steps=3, seed=0, modules="none")
+    r = detect_layers(read_trace(path), "motif")
+    assert len(r.stacks) == 2
