@@ -465,7 +465,8 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
         anchor -= period
     breaks = _idle_breaks(p) if eager else np.zeros(0, np.int64)
     starts = _layer_starts(p, anchor, period, breaks)
-    stalls = _inside_layers(p, anchor, period, breaks)
+    copies = _occurrences(p.short, p.short[anchor : anchor + period]) if eager and anchor + period <= n else np.zeros(0, np.int64)
+    stalls = _inside_layers(p, anchor, period, breaks, copies)
     if stalls.any():  # a host stall inside a layer, not a wait between forward passes
         breaks = breaks[~stalls]
         starts = _layer_starts(p, anchor, period, breaks)
@@ -484,7 +485,7 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     # (a host sync in a MoE layer) comes before the next layer's norm.
     loose = _idle_breaks(p, LOOSE) if eager else breaks
     new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts) | _after_end(loose, starts, natural)
-                    | (_more_after_copy(p, starts, anchor, period) if eager else False)]
+                    | (_more_after_copy(p, starts, period, copies) if eager else False)]
     run_of = np.cumsum(new_run) - 1
     ends = np.r_[starts[1:], n]
     last = np.r_[new_run[1:], True]
@@ -516,37 +517,32 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
 AFTER_COPY = 3
 
 
-def _more_after_copy(p: _Pass, starts: np.ndarray, anchor: int, period: int) -> np.ndarray:
+def _more_after_copy(p: _Pass, starts: np.ndarray, period: int, copies: np.ndarray) -> np.ndarray:
     """Per pair of consecutive layer starts: whether the first layer is a whole copy of the
-    anchor's (its kernels by short name) and more than a few kernels follow it before the next
-    layer starts, none of them attention or experts: the final norm, lm_head, sampling and the
-    next pass's inputs and embedding. A long layer (experts) holds far more kernels than that,
+    anchor's (``copies``: where its kernels recur, by short name) and more than a few kernels
+    follow it before the next layer starts, none of them attention or experts: the final norm,
+    lm_head, sampling and the next pass's inputs and embedding. A long layer (experts) holds far more kernels than that,
     so its length alone would not tell. Eager passes only (a replay is one forward pass)."""
-    if len(starts) < 2 or anchor + period > len(p.short):
+    if len(starts) < 2 or not len(copies):
         return np.zeros(max(len(starts) - 1, 0), bool)
-    unit = p.short[anchor : anchor + period]
-    copies = _occurrences(p.short, unit)
     whole = np.isin(starts[:-1], copies)
     heavy = np.r_[0, np.cumsum((p.kind == ATTENTION) | (p.kind == MOE))]  # no attention or experts between two passes
     quiet = heavy[starts[1:]] == heavy[np.minimum(starts[:-1] + period, len(p.kind))]
     return cast(np.ndarray, whole & quiet & (np.diff(starts) - period > AFTER_COPY))
 
 
-def _inside_layers(p: _Pass, anchor: int, period: int, breaks: np.ndarray) -> np.ndarray:
-    """Per break: whether it falls strictly inside a whole copy of the anchor's layer (the same
-    kernels, by short name, in the same order), or where one copy ends and the next begins. A
-    forward pass never ends inside a layer, nor between two layers with nothing between them
-    (its final norm and lm_head follow the last), so such a wait is the host stalling (a launch-bound eager pass, a first call after compilation). Only
-    where the unit is one layer (its first attention kernel does not recur in it): a shallow
-    model's unit may be a whole forward pass, whose copies straddle the waits between passes."""
+def _inside_layers(p: _Pass, anchor: int, period: int, breaks: np.ndarray, copies: np.ndarray) -> np.ndarray:
+    """Per break: whether it falls strictly inside a whole copy of the anchor's layer (``copies``:
+    where its kernels recur, by short name, in the same order), or where one copy ends and the
+    next begins. A forward pass never ends inside a layer, nor between two layers with nothing
+    between them (its final norm and lm_head follow the last), so such a wait is the host
+    stalling (a launch-bound eager pass, a first call after compilation). Only where the unit is
+    one layer (its first attention kernel does not recur in it): a shallow model's unit may be a
+    whole forward pass, whose copies straddle the waits between passes."""
     inside = np.zeros(len(breaks), bool)
-    unit = p.short[anchor : anchor + period]
     att = np.nonzero(p.kind[anchor : anchor + period] == ATTENTION)[0]
-    if not len(breaks) or len(unit) < period or len(att) != 1 and not (
+    if not len(breaks) or not len(copies) or len(att) != 1 and not (
             len(att) and (p.token[anchor : anchor + period] == p.token[anchor + att[0]]).sum() == 1):
-        return inside
-    copies = _occurrences(p.short, unit)
-    if not len(copies):
         return inside
     before = np.searchsorted(copies, breaks, side="left") - 1  # the last copy starting before each break
     ok = before >= 0
@@ -824,8 +820,10 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
         shown = ", ".join(map(str, odd[:8])) + (f" and {len(odd) - 8} more" if len(odd) > 8 else "")
         r.warnings.append(f"{len(odd)} of {compared} forward passes hold another number of layers than the others "
                           f"(pass {shown}): the layer boundaries there are doubtful")
+    # two repeats of a sequence place its boundary anywhere along it (a short pass beside long
+    # ones is one the profile cut, so the longest pass decides)
     found = [c for c, by_spans in zip(r.layers_per_pass, spanned.tolist()) if c and not by_spans]
-    if found and max(r.layers_per_pass) < SHALLOW:  # a short pass beside long ones is cut by the profile  # two repeats of a sequence place its boundary anywhere along it
+    if found and max(r.layers_per_pass) < SHALLOW:
         r.confidence = round(r.confidence / 2, 4)
         r.warnings.append(f"the kernel motif repeats at most {max(found)} times per forward pass: where one layer ends "
                           "and the next begins rests on little evidence")
@@ -943,7 +941,7 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
     st[inside] = dense.reshape(-1)
     n, width, stacks_n = int(pass_of.max()) + 1, int(layer.max()) + 1, len(ids)
     key = (pass_of[inside] * stacks_n + st[inside]) * width + layer[inside]
-    pairs, first = np.unique(key, return_index=True)
+    pairs = np.unique(key)
     counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
     gemms = np.bincount(np.searchsorted(pairs, key), weights=kind[inside] == LINEAR, minlength=len(pairs))
     layer_stack = (pairs // width) % stacks_n
@@ -953,8 +951,9 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
     merged = np.arange(stacks_n)
     for b in range(1, stacks_n):
         for a in range(b):
-            together = np.asarray(runs[:, merged == a].any(1)) & runs[:, b]  # passes that run both
-            if merged[a] != a or together.any() or usual[a] != usual[b]:
+            if merged[a] != a or usual[a] != usual[b]:
+                continue
+            if (np.asarray(runs[:, merged == a].any(1)) & runs[:, b]).any():  # a pass runs both
                 continue
             g = sorted((usual_gemms[a], usual_gemms[b]))
             if g[0] > 0 and g[1] <= 1.5 * g[0]:
@@ -1010,7 +1009,7 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
     free = np.r_[False, got < 0, False].astype(np.int8)
     edges = np.diff(free)
     begins, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
-    extra = 0
+    extra, again = 0, False  # other stacks found; stretches of the first motif's layers found again
     first_motif = _usual_layer(p, got, run) if len(begins) else None
     for a, b in zip(begins.tolist(), ends.tolist()):
         if b - a < OTHER_STACK:
@@ -1034,13 +1033,13 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
             opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
             got[a:b] = np.where(inner >= 0, inner, -1)
             stack[a:b] = np.where(inner >= 0, 0, -1)
-            extra += 1 << 30  # renumbered below, like another stack's
+            again = True  # renumbered below, like another stack's
             continue
         extra += 1
-        got[a:b] = np.where(inner >= 0, (1 << 20) * (extra % (1 << 30)) + inner, -1)
-        stack[a:b] = np.where(inner >= 0, extra % (1 << 30), -1)
+        got[a:b] = np.where(inner >= 0, (1 << 20) * extra + inner, -1)
+        stack[a:b] = np.where(inner >= 0, extra, -1)
         opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
-    if not extra:
+    if not extra and not again:
         return got, run, stack
     run = np.cumsum(opens)
     out = np.full(len(got), -1, np.int64)

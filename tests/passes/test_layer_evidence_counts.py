@@ -109,9 +109,10 @@ def test_a_wait_inside_a_layer_or_between_two_of_its_copies_is_a_stall():
     unit = [1, 2, 3, 7, 4, 5]
     p = _pass_of(unit, 3, [9, 9, 9, 9])
     breaks = np.array([2, 6, 12, 18, 20])  # inside copy 0, at copy 1's start, at copy 2's, after the last, in the junk
-    assert tl._inside_layers(p, 0, len(unit), breaks).tolist() == [True, True, True, False, False]
+    copies = tl._occurrences(p.short, p.short[: len(unit)])
+    assert tl._inside_layers(p, 0, len(unit), breaks, copies).tolist() == [True, True, True, False, False]
     two_layers = _pass_of(unit * 2, 2, [])  # a unit whose attention recurs may be a whole pass: no stall is known
-    assert not tl._inside_layers(two_layers, 0, 12, np.array([3])).any()
+    assert not tl._inside_layers(two_layers, 0, 12, np.array([3]), tl._occurrences(two_layers.short, two_layers.short[:12])).any()
 
 
 def test_stacks_that_never_run_together_with_as_many_layers_are_one_model():
