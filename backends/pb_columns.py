@@ -1,17 +1,24 @@
 """Protobuf messages encoded a column at a time: the rows of one message type, each field a numpy
-column (with the rows where it is present), written by numpy into one byte buffer.
+column of one value per row (with the rows where it is present), written by numpy.
 
 A Perfetto timeline has a packet per event; building a protobuf object per packet costs a few
-microseconds, most of a large trace's time. Here a field costs a few numpy operations per batch
-of rows. The schema is the message's own descriptor: field numbers and wire types come from it,
-never from constants here, and fields are written in field-number order (repeated ones in the
-order they were added), as the protobuf library writes them, so that a row's bytes equal
+microseconds, most of a large trace's time. Here a message's fields are laid out side by side,
+each in a block of columns as wide as its longest value, in a byte matrix of one row per
+message; a boolean mask of the bytes each row really has turns the matrix into the rows' bytes
+in one step. A field is then a few numpy operations per batch of rows, on contiguous memory.
+What has no bounded width (a repeated field, bytes already encoded) is kept as its own pieces,
+and the rows are put together from their pieces by Arrow's ``take`` (a copy per piece).
+
+The schema is the message's own descriptor: field numbers and wire types come from it, never
+from constants here, and fields are written in field-number order (repeated ones in the order
+they were added), as the protobuf library writes them, so that a row's bytes equal
 ``SerializeToString()`` of the same message: the tests check this against the library.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -33,48 +40,146 @@ def _varint_bytes(value: int) -> bytes:
 
 #: the smallest value of each varint size past one byte
 _SIZE_STEPS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)
+#: continuation bits of a varint of each size (1..8 bytes), as the little-endian uint64 of its first 8 bytes
+_CONTINUED = np.array([sum(0x80 << (8 * k) for k in range(min(size - 1, 8))) for size in range(11)], np.uint64)
 
 
 def varint_size(values: np.ndarray) -> np.ndarray:
-    """Bytes of each value's varint (a negative int64 takes ten, as two's complement)."""
+    """Bytes of each value's varint (a negative int64 takes ten, as two's complement), as uint8."""
     v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
-    return np.searchsorted(_SIZE_STEPS, v, side="right") + 1
+    if not len(v):
+        return np.zeros(0, np.uint8)
+    lo, hi = (int(np.searchsorted(_SIZE_STEPS, x, side="right")) + 1 for x in (v.min(), v.max()))
+    size = np.full(len(v), lo, np.uint8)
+    for k in range(lo, hi):  # only the sizes between the smallest and the largest value's (timestamps: none)
+        size += v >= _SIZE_STEPS[k - 1]
+    return size
+
+
+def varint_rows(values: np.ndarray, size: np.ndarray | None = None, width: int | None = None) -> np.ndarray:
+    """Each value's varint as a column of ``width`` bytes (the longest by default; bytes past a
+    value's own size are left over, not zero): byte ``k`` of every value is row ``k``."""
+    u = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
+    size = varint_size(u) if size is None else size
+    width = int(size.max(initial=1)) if width is None else width
+    out = np.empty((width, len(u)), np.uint8)
+    if width <= 2:  # small ids and lengths: a byte at a time costs less than spreading 64 bits
+        out[0] = (u & np.uint64(0x7F)).astype(np.uint8) | np.where(size > 1, 0x80, 0).astype(np.uint8)
+        if width == 2:
+            out[1] = (u >> np.uint64(7)).astype(np.uint8) & np.uint8(0x7F)
+        return out
+    # spread the low 56 bits' seven-bit groups into the eight bytes of a uint64 (28|28, 14|14, 7|7)
+    x = u & np.uint64((1 << 56) - 1)
+    x = ((x & np.uint64(0x00FFFFFFF0000000)) << np.uint64(4)) | (x & np.uint64(0x000000000FFFFFFF))
+    x = ((x & np.uint64(0x0FFFC0000FFFC000)) << np.uint64(2)) | (x & np.uint64(0x00003FFF00003FFF))
+    x = ((x & np.uint64(0x3F803F803F803F80)) << np.uint64(1)) | (x & np.uint64(0x007F007F007F007F))
+    x |= _CONTINUED[size]
+    out[:min(width, 8)] = x.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8).T[:width]
+    if width > 8:  # the eighth byte's continuation bit came with _CONTINUED
+        out[8] = ((u >> np.uint64(56)) & np.uint64(0x7F)).astype(np.uint8) | np.where(size > 9, 0x80, 0).astype(np.uint8)
+        if width > 9:
+            out[9] = (u >> np.uint64(63)).astype(np.uint8)
+    return out
 
 
 def put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
-    """Write each value's varint at its offset of ``out`` (uint8), a 7-bit group at a time."""
-    v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
-    if not len(v):
+    """Write each value's varint at its offset of ``out`` (uint8)."""
+    size = varint_size(values)
+    if not len(size):
         return
-    size = varint_size(v)
-    longest = int(size.max())
-    if longest == int(size.min()):  # one size (timestamps, small ids): no masks
-        for k in range(longest):
-            out[at + k] = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8) | (0x80 if k + 1 < longest else 0)
-        return
-    for k in range(longest):
-        m = size > k
-        byte = (v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        out[at[m] + k] = byte.astype(np.uint8) | np.where(size[m] > k + 1, 0x80, 0).astype(np.uint8)
+    bytes_ = varint_rows(values, size)
+    keep = np.arange(len(bytes_))[:, None] < size
+    out[(np.asarray(at, np.int64) + np.arange(len(bytes_))[:, None])[keep]] = bytes_[keep]
 
 
-def put_bytes(out: np.ndarray, at: np.ndarray, data: bytes) -> None:
-    """Write the same ``data`` at every offset."""
-    for k, byte in enumerate(data):
-        out[at + k] = byte
+# -- what a message's rows are made of ---------------------------------------------------------------
+@dataclass
+class _Block:
+    """A field as ``width`` columns of the row matrix: ``size`` bytes of each row (0: absent)."""
+
+    size: np.ndarray
+    width: int
+    fill: Any  #: fill(view of the matrix's (n, width) columns)
+
+
+@dataclass
+class _Ragged:
+    """A field without a bounded width: each row's bytes one after another in ``data``."""
+
+    size: np.ndarray
+    data: np.ndarray
+
+
+@dataclass
+class Pieces:
+    """Rows' bytes as pieces: piece ``i`` is ``data[offsets[i]:offsets[i + 1]]``, and row ``r``
+    is the pieces ``index[r]`` one after the other."""
+
+    data: np.ndarray
+    offsets: np.ndarray
+    index: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.index)
+
+    def tobytes(self) -> bytes:
+        return bytes(take(self.data, self.offsets, self.index.ravel()))
+
+
+#: below this many bytes, pieces are put together by numpy rather than Arrow
+_SMALL = 1 << 20
+
+
+def take(data: np.ndarray, offsets: np.ndarray, pieces: np.ndarray) -> memoryview:
+    """The pieces ``pieces`` (ids into ``offsets``) one after the other: Arrow's ``take`` on a
+    binary array, a copy per piece."""
+    if not len(pieces):
+        return memoryview(b"")
+    if len(offsets) == len(pieces) + 1 and np.array_equal(pieces, np.arange(len(pieces))):
+        return memoryview(data[offsets[0]: offsets[-1]])  # already in order
+    if len(data) < _SMALL:  # a byte at a time in numpy: less than importing Arrow for a small trace
+        length = offsets[pieces + 1] - offsets[pieces]
+        start = np.repeat(offsets[pieces] - np.cumsum(length) + length, length)
+        return memoryview(data[start + np.arange(len(start))])
+    import pyarrow as pa
+
+    arr = pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    out = arr.take(pa.array(pieces, pa.int64()))
+    bounds = np.frombuffer(out.buffers()[1], np.int64)
+    return memoryview(out.buffers()[2])[bounds[out.offset]: bounds[out.offset + len(out)]]
+
+
+def join(parts: Sequence[Pieces], group: np.ndarray, row: np.ndarray) -> memoryview:
+    """Rows of several ``Pieces`` interleaved: output row ``i`` is row ``row[i]`` of
+    ``parts[group[i]]``."""
+    per = np.array([p.index.shape[1] for p in parts], np.int64)
+    count = per[group]
+    start = np.zeros(len(group), np.int64)
+    np.cumsum(count[:-1], out=start[1:])
+    flat = np.empty(int(count.sum()), np.int64)
+    data, offsets, first, base = [], [], 0, 0
+    for g, p in enumerate(parts):
+        mine = np.flatnonzero(group == g)
+        for s in range(p.index.shape[1]):
+            flat[start[mine] + s] = p.index[row[mine], s] + first
+        data.append(p.data)
+        offsets.append(p.offsets[:-1] + base)
+        first += len(p.offsets) - 1
+        base += int(p.offsets[-1])
+    offsets.append(np.array([base], np.int64))
+    return take(np.concatenate(data) if data else np.empty(0, np.uint8), np.concatenate(offsets), flat)
 
 
 class Rows:
     """``n`` messages of the type ``descriptor`` describes, built a field at a time. A field's
-    values are a column of one value per row that has it: ``present`` (a boolean column of ``n``)
-    says which rows do (None: every row), and the values are theirs alone, in row order. One
-    value (a scalar) serves every row that has the field, encoded once. An embedded message field
-    takes a ``Rows`` with one row per row that has it."""
+    values are a column of one value per row; ``present`` (a boolean column of ``n``) says which
+    rows have the field (None: every row). One value (a scalar) serves every row that has the
+    field, encoded once. An embedded message field takes a ``Rows`` of the same ``n`` rows."""
 
     def __init__(self, descriptor: Any, n: int):
         self.descriptor, self.n = descriptor, n
-        self._parts: list[tuple[int, int, _Part]] = []  # (field number, order added, part)
-        self._size: np.ndarray | None = None
+        self._fields: list[tuple[int, int, Any]] = []  # (field number, order added, field)
 
     def _field(self, name: str, kinds: set[int]) -> tuple[int, bytes]:
         f = self.descriptor.fields_by_name[name]
@@ -83,26 +188,34 @@ class Rows:
         wire = 0 if f.type in _VARINT_TYPES else 1 if f.type in _FIXED64_TYPES else 2
         return f.number, _varint_bytes(f.number << 3 | wire)
 
-    def _rows(self, present: np.ndarray | None) -> np.ndarray | None:
-        return None if present is None else np.flatnonzero(present)
-
-    def _add(self, number: int, part: _Part) -> Rows:
-        self._parts.append((number, len(self._parts), part))
-        self._size = None
+    def _add(self, number: int, field: Any) -> Rows:
+        self._fields.append((number, len(self._fields), field))
         return self
+
+    def _present(self, present: np.ndarray | None) -> np.ndarray | None:
+        if present is None:
+            return None
+        p = np.asarray(present, bool)
+        if p.shape != (self.n,):
+            raise ValueError(f"a presence column of {p.shape} for {self.n} rows")
+        return p
+
+    def _values(self, values: Any) -> np.ndarray:
+        v = np.asarray(values, np.int64)
+        if v.shape != (self.n,):
+            raise ValueError(f"{v.shape[0] if v.ndim else 1} values for {self.n} rows")
+        return v
 
     def varint(self, name: str, values: Any, present: np.ndarray | None = None) -> Rows:
         number, tag = self._field(name, _VARINT_TYPES)
-        rows = self._rows(present)
         if np.ndim(values) == 0:
-            return self._add(number, _Constant(tag + _varint_bytes(int(values) & ((1 << 64) - 1)), rows))
-        return self._add(number, _Varint(tag, self._values(values, rows), rows))
+            return self._add(number, ("constant", tag + _varint_bytes(int(values) & ((1 << 64) - 1)), self._present(present)))
+        return self._add(number, ("varint", tag, self._values(values), self._present(present)))
 
     def fixed64(self, name: str, values: Any, present: np.ndarray | None = None) -> Rows:
         """A fixed64 field, one value per row that has it (a repeated field may be added again)."""
         number, tag = self._field(name, {6, 16})
-        rows = self._rows(present)
-        return self._add(number, _Fixed64(tag, self._values(values, rows), rows))
+        return self._add(number, ("fixed64", tag, self._values(values), self._present(present)))
 
     def repeated_fixed64(self, name: str, values: np.ndarray, counts: np.ndarray) -> Rows:
         """A repeated fixed64 field, unpacked: ``counts[i]`` values for row ``i``, in row order."""
@@ -110,149 +223,150 @@ class Rows:
         counts = np.asarray(counts, np.int64)
         if len(counts) != self.n or int(counts.sum()) != len(values):
             raise ValueError(f"{name}: {len(values)} values for counts of {len(counts)} rows summing to {int(counts.sum())}")
-        return self._add(number, _RepeatedFixed64(tag, np.asarray(values, np.int64), counts))
+        cells = np.empty((len(values), len(tag) + 8), np.uint8)
+        cells[:, :len(tag)] = np.frombuffer(tag, np.uint8)
+        cells[:, len(tag):] = np.asarray(values, np.int64).astype("<i8").view(np.uint8).reshape(-1, 8)
+        return self._add(number, ("ragged", counts * cells.shape[1], cells.reshape(-1)))
 
     def message(self, name: str, rows: Rows, present: np.ndarray | None = None) -> Rows:
         number, tag = self._field(name, {_MESSAGE_TYPE})
-        where = self._rows(present)
-        if rows.n != (self.n if where is None else len(where)):
-            raise ValueError(f"{rows.n} rows of {name} for {self.n if where is None else len(where)} rows that have it")
-        return self._add(number, _Message(tag, rows, where))
+        if rows.n != self.n:
+            raise ValueError(f"{rows.n} rows of {name} for {self.n} rows")
+        return self._add(number, ("message", tag, rows, self._present(present)))
 
     def encoded(self, number: int, blobs: list[bytes], which: np.ndarray) -> Rows:
         """Fields already encoded (tag and all) by the protobuf library, for what is rare or
         irregular: row ``i`` gets ``blobs[which[i]]``, none where ``which[i] < 0``. ``number``
         is the field number the blobs hold, for the field order."""
-        return self._add(number, _Encoded(blobs, np.asarray(which, np.int64)))
+        which = np.asarray(which, np.int64)
+        if which.shape != (self.n,):
+            raise ValueError(f"{len(which)} blob choices for {self.n} rows")
+        length = np.array([len(b) for b in blobs] + [0], np.int64)  # [-1]: none
+        size = length[which]
+        start = np.zeros(len(blobs) + 1, np.int64)
+        np.cumsum(length[:-1], out=start[1:])
+        chosen = which[which >= 0]
+        table = np.frombuffer(b"".join(blobs), np.uint8)
+        data = np.frombuffer(take(table, start, chosen), np.uint8).copy() if len(chosen) else np.empty(0, np.uint8)
+        return self._add(number, ("ragged", size, data))
 
-    def _values(self, values: Any, rows: np.ndarray | None) -> np.ndarray:
-        v = np.asarray(values, np.int64)
-        want = self.n if rows is None else len(rows)
-        if v.shape != (want,):
-            raise ValueError(f"{v.shape[0] if v.ndim else 1} values for {want} rows")
-        return v
+    # -- encoding ----------------------------------------------------------------------------------
+    def _parts(self, present: np.ndarray | None) -> tuple[list[_Block | _Ragged], np.ndarray]:
+        """The blocks and ragged pieces of every row, in the order they are written, and each
+        row's size; rows outside ``present`` (None: all) have none."""
+        parts: list[_Block | _Ragged] = []
+        total = np.zeros(self.n, np.int64)  # (a block's sizes are uint8: at most 11 bytes)
+        for _, _, field in sorted(self._fields, key=lambda f: (f[0], f[1])):
+            kind = field[0]
+            if kind == "ragged":
+                size = field[1]
+                if present is not None and size[~present].any():
+                    raise ValueError("a repeated or encoded field in rows of a message they are not in")
+                parts.append(_Ragged(size, field[2]))
+                total += size
+                continue
+            mine = _both(present, field[-1])
+            if kind == "constant":
+                parts.append(_constant(field[1], mine, self.n))
+            elif kind == "varint":
+                parts.append(_varint(field[1], field[2], mine))
+            elif kind == "fixed64":
+                parts.append(_fixed64(field[1], field[2], mine))
+            else:  # message: its length, then its fields
+                inner, inner_size = field[2]._parts(mine)
+                head = _varint(field[1], inner_size, mine)
+                parts.append(head)
+                parts.extend(inner)
+                total += inner_size
+            total += parts[-1].size if kind != "message" else head.size
+        return parts, total
 
     def sizes(self) -> np.ndarray:
         """Each row's encoded size in bytes."""
-        if self._size is None:
-            size = np.zeros(self.n, np.int64)
-            for _, _, part in self._parts:
-                part.add_to(size)
-            self._size = size
-        return self._size
+        return self._parts(None)[1]
 
-    def write(self, out: np.ndarray, at: np.ndarray) -> None:
-        """Write every row at its offset in ``out`` (uint8)."""
-        cursor = np.array(at, np.int64)
-        for _, _, part in sorted(self._parts, key=lambda p: (p[0], p[1])):
-            part.write(out, cursor)
-            part.add_to(cursor)  # past what it wrote
+    def pieces(self) -> Pieces:
+        """The rows' bytes as pieces: a run of blocks is one piece per row, cut out of the row
+        matrix by its mask; each ragged field is another."""
+        parts, _ = self._parts(None)
+        n = self.n
+        runs: list[list[_Block]] = [[]]
+        ragged: list[_Ragged] = []
+        for part in parts:
+            if isinstance(part, _Ragged):
+                ragged.append(part)
+                runs.append([])
+            else:
+                runs[-1].append(part)
+        width = sum(b.width for run in runs for b in run)
+        matrix = np.empty((width, n), np.uint8)  # a field's byte k of every row is a row here: contiguous writes
+        keep = np.empty((width, n), bool)
+        lengths = np.zeros((len(runs), n), np.int64)
+        at = 0
+        for s, run in enumerate(runs):
+            for b in run:
+                b.fill(matrix[at: at + b.width])
+                np.less(_COLUMNS[: b.width, None], b.size, out=keep[at: at + b.width])
+                lengths[s] += b.size
+                at += b.width
+        data = [matrix.T[keep.T]]
+        piece_lengths = [lengths.T.ravel()]
+        for r in ragged:
+            data.append(r.data)
+            piece_lengths.append(r.size)
+        offsets = np.zeros(sum(len(x) for x in piece_lengths) + 1, np.int64)
+        np.cumsum(np.concatenate(piece_lengths), out=offsets[1:])
+        index = np.empty((n, len(runs) + len(ragged)), np.int64)
+        rows = np.arange(n, dtype=np.int64)
+        index[:, 0::2] = rows[:, None] * len(runs) + np.arange(len(runs))
+        for j in range(len(ragged)):
+            index[:, 2 * j + 1] = n * len(runs) + j * n + rows
+        return Pieces(np.concatenate(data) if len(data) > 1 else data[0], offsets, index)
 
     def tobytes(self) -> bytes:
         """The rows one after the other (a ``Trace`` of packets is its ``packet`` rows so)."""
-        size = self.sizes()
-        at = np.zeros(self.n, np.int64)
-        np.cumsum(size[:-1], out=at[1:])
-        out = np.zeros(int(size.sum()), np.uint8)
-        self.write(out, at)
-        return out.tobytes()
+        return self.pieces().tobytes()
 
 
-class _Part:
-    """One field of the rows that have it (``rows``; None: all), ``size`` bytes each (one number,
-    or one per row that has it); ``write`` puts it at ``cursor[rows]``."""
-
-    rows: np.ndarray | None = None
-    size: np.ndarray | int = 0
-
-    def add_to(self, offsets: np.ndarray) -> None:
-        """Add the field's size to ``offsets`` (row sizes, or a cursor) of the rows that have it."""
-        if self.rows is None:
-            offsets += self.size
-        else:
-            offsets[self.rows] += self.size
-
-    def _at(self, cursor: np.ndarray) -> np.ndarray:
-        return cursor if self.rows is None else cursor[self.rows]
-
-    def write(self, out: np.ndarray, cursor: np.ndarray) -> None:
-        raise NotImplementedError
+_COLUMNS = np.arange(256, dtype=np.uint8)  # (a block is at most 11 bytes wide)
 
 
-class _Constant(_Part):
-    def __init__(self, data: bytes, rows: np.ndarray | None):
-        self.data, self.rows, self.size = data, rows, len(data)
-
-    def write(self, out, cursor) -> None:
-        put_bytes(out, self._at(cursor), self.data)
+def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    return b if a is None else a if b is None else a & b
 
 
-class _Varint(_Part):
-    def __init__(self, tag: bytes, values: np.ndarray, rows: np.ndarray | None):
-        self.tag, self.values, self.rows = tag, values, rows
-        self.size = len(tag) + varint_size(values)
-
-    def write(self, out, cursor) -> None:
-        at = self._at(cursor)
-        put_bytes(out, at, self.tag)
-        put_varints(out, at + len(self.tag), self.values)
+def _rows_size(width: int, present: np.ndarray | None, n: int) -> np.ndarray:
+    return np.full(n, width, np.uint8) if present is None else present.view(np.uint8) * np.uint8(width)
 
 
-class _Fixed64(_Part):
-    def __init__(self, tag: bytes, values: np.ndarray, rows: np.ndarray | None):
-        self.tag, self.values, self.rows, self.size = tag, values, rows, len(tag) + 8
-
-    def write(self, out, cursor) -> None:
-        at = self._at(cursor)
-        put_bytes(out, at, self.tag)
-        _put_fixed64(out, at + len(self.tag), self.values)
+def _constant(data: bytes, present: np.ndarray | None, n: int) -> _Block:
+    def fill(view: np.ndarray) -> None:
+        view[:] = np.frombuffer(data, np.uint8)[:, None]
+    return _Block(_rows_size(len(data), present, n), len(data), fill)
 
 
-class _RepeatedFixed64(_Part):
-    def __init__(self, tag: bytes, values: np.ndarray, counts: np.ndarray):
-        self.tag, self.values, self.counts = tag, values, counts
-        self.size = counts * (len(tag) + 8)
+def _varint(tag: bytes, values: np.ndarray, present: np.ndarray | None) -> _Block:
+    size = varint_size(values)
+    t = len(tag)
+    longest = int(size.max(initial=0) if present is None else size.max(initial=0, where=present))
+    if not longest:
+        return _Block(np.zeros(len(size), np.uint8), 0, _nothing)
 
-    def write(self, out, cursor) -> None:
-        counts = self.counts
-        row = np.repeat(np.arange(len(counts)), counts)
-        place = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)  # each value's place in its row
-        at = cursor[row] + place * (len(self.tag) + 8)
-        put_bytes(out, at, self.tag)
-        _put_fixed64(out, at + len(self.tag), self.values)
-
-
-class _Message(_Part):
-    def __init__(self, tag: bytes, rows: Rows, where: np.ndarray | None):
-        self.tag, self.inner, self.rows = tag, rows, where
-        inner = rows.sizes()
-        self.head = len(tag) + varint_size(inner)
-        self.size = self.head + inner
-
-    def write(self, out, cursor) -> None:
-        at = self._at(cursor)
-        put_bytes(out, at, self.tag)
-        put_varints(out, at + len(self.tag), self.size - self.head)
-        self.inner.write(out, at + self.head)
+    def fill(view: np.ndarray) -> None:
+        view[:t] = np.frombuffer(tag, np.uint8)[:, None]
+        view[t:] = varint_rows(values, size, longest)
+    whole = size + np.uint8(t)
+    return _Block(whole if present is None else whole * present.view(np.uint8), t + longest, fill)
 
 
-class _Encoded(_Part):
-    def __init__(self, blobs: list[bytes], which: np.ndarray):
-        self.buffer = np.frombuffer(b"".join(blobs), np.uint8)
-        length = np.array([len(b) for b in blobs] + [0], np.int64)  # [-1]: none
-        self.start = np.concatenate([[0], np.cumsum(length[:-1])]).astype(np.int64)
-        self.which = which
-        self.size = self.lengths = length[which]
-
-    def write(self, out, cursor) -> None:
-        length = self.lengths
-        total = int(length.sum())
-        if total:
-            inside = np.arange(total) - np.repeat(np.cumsum(length) - length, length)
-            out[np.repeat(cursor, length) + inside] = self.buffer[np.repeat(self.start[self.which], length) + inside]
+def _nothing(view: np.ndarray) -> None:
+    pass
 
 
-def _put_fixed64(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
-    little = np.ascontiguousarray(values, "<i8").view(np.uint8).reshape(-1, 8)
-    for k in range(8):
-        out[at + k] = little[:, k]
+def _fixed64(tag: bytes, values: np.ndarray, present: np.ndarray | None) -> _Block:
+    t = len(tag)
+
+    def fill(view: np.ndarray) -> None:
+        view[:t] = np.frombuffer(tag, np.uint8)[:, None]
+        view[t:] = values.astype("<i8").view(np.uint8).reshape(-1, 8).T
+    return _Block(_rows_size(t + 8, present, len(values)), t + 8, fill)

@@ -27,15 +27,19 @@ from one process. Rows without a start time (-1) are left out (counted in ``skip
 
 Protobuf details: one ``trusted_packet_sequence_id``; event names, debug-annotation names and
 repeated string values (full kernel names, grid/block, Input Dims) are interned on first use
-(``interned_data`` + ``*_iid``, ``sequence_flags``); timestamps are the IR's int64 ns. Events are
-written in time order (trace_processor sorts by timestamp and keeps file order among equal ones,
-so ties are ordered here: ENDs before BEGINs, inner ENDs and outer BEGINs first). Packets are
-encoded ``PB_BATCH`` at a time from the IR's columns (``pb_columns``: a field is a few numpy
-operations per batch, not a protobuf object per event; the bytes are those the protobuf library
-writes) into a ``Trace`` message appended to the file (concatenated ``Trace`` messages are one
-trace). A parent span's annotations (any names and value types) are encoded by the protobuf
-library once per distinct (name, value). Memory: a few numpy columns per slice, the event index
-of one time window (``WINDOW`` events) and one batch.
+(``interned_data`` + ``*_iid``, ``sequence_flags``; a batch's new strings in a packet before it);
+timestamps are the IR's int64 ns. Events are written in time order (trace_processor sorts by
+timestamp and keeps file order among equal ones, so ties are ordered here: ENDs before BEGINs,
+inner ENDs and outer BEGINs first). Packets are encoded ``PB_BATCH`` events at a time from the
+IR's columns (``pb_columns``: a field is a few numpy operations per batch, not a protobuf object
+per event; the bytes are those the protobuf library writes), the BEGINs of each kind of row and
+all ENDs as a group each, and put back in time order as they are written, by a second thread,
+while the next batch is encoded (concatenated ``Trace`` messages are one trace). Parent spans
+come as objects or, many at once, as columns (``SpanTable``); their annotations (any names and
+value types) are encoded by the protobuf library once per distinct (name, value). Memory: each
+slice's track and rank (int32) and whether it ends a flow, each launch's flows (int32), the event
+index of one time window (``WINDOW`` events) and two batches; names, grids and blocks are looked
+up a batch at a time.
 
 Both writers write a temporary file beside ``path`` and rename it over ``path`` when complete; a
 path ending in ``.gz`` is gzip-compressed (the Perfetto UI opens gzipped traces).
@@ -46,13 +50,13 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, cast
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from layerc.ir.diagnostics import LayercError
 from layerc.backends.outputs import atomic_path, open_staged
-from layerc.backends.pb_columns import Rows
+from layerc.backends.pb_columns import Rows, join
 from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, link, unique_inverse
 
 #: The one packet sequence every packet is written on.
@@ -60,7 +64,7 @@ SEQUENCE_ID = 0x6C63
 #: Slice events per Chrome JSON batch ...
 BATCH = 8192
 #: ... and per encoded ``Trace`` batch (a column operation's cost is spread over this many packets).
-PB_BATCH = 1 << 15
+PB_BATCH = 1 << 16
 #: Events sorted at a time (a time window's worth): bounds the event index's memory.
 WINDOW = 1 << 19
 #: First track uuid (uuids are global in a trace: a prefix keeps ours apart from others' when merged).
@@ -68,6 +72,7 @@ _UUID_BASE = 0x6C63 << 40
 
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
 _BEGIN, _END = 1, 2
+_END_GROUP = 7  # the group of END events of every kind (BEGINs are grouped by kind)
 _EXPLICIT = 3  # TrackDescriptor.ChildTracksOrdering.EXPLICIT
 
 # event kinds (3 bits in the packed event code)
@@ -123,6 +128,139 @@ class Span:
     track: str = "spans"
     device: int | None = None
     args: dict = field(default_factory=dict)
+
+
+@dataclass
+class SpanTable:
+    """Many parent spans of one track, as columns (a long trace's layers: no object per span).
+    Span ``i`` is named ``names[name[i]]``, runs from ``start[i]`` to ``end[i]`` on device
+    ``device[i]`` (-1: none given), and has the argument ``key`` valued ``values[index[i]]``
+    for each ``key: (values, index)`` of ``args`` where ``index[i] >= 0``."""
+
+    track: str
+    names: list[str]
+    name: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    args: dict[str, tuple[list, np.ndarray]] = field(default_factory=dict)
+
+
+@dataclass
+class _SpanColumns:
+    """Every parent span, as columns: its name (``texts[name]``), its track kind
+    (``kinds[kind]``), its device (-1: none), and its arguments, a column per position in the
+    span's own order: ``(pairs, index)``, span ``i``'s being ``pairs[index[i]]`` (a key and a
+    value) where ``index[i] >= 0``."""
+
+    start: np.ndarray
+    end: np.ndarray
+    texts: list[str]
+    name: np.ndarray
+    kinds: list[str]
+    kind: np.ndarray
+    device: np.ndarray
+    args: list[tuple[list[tuple[str, Any]], np.ndarray]]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def args_of(self, i: int) -> dict:
+        return dict(pairs[index[i]] for pairs, index in self.args if index[i] >= 0)
+
+
+def _span_columns(spans: Iterable[Any] | None) -> _SpanColumns:
+    """``spans`` (``Span`` objects, dicts with their keys, ``SpanTable`` objects) as one set of columns."""
+    out = _SpanBuilder()
+    loose: list[Span] = []
+    for i, s in enumerate(spans or ()):
+        if isinstance(s, SpanTable):
+            out.add_spans(loose)
+            loose = []
+            out.add_table(_checked_table(s, i))
+        else:
+            loose.append(_span(s, i))
+    out.add_spans(loose)
+    return out.columns()
+
+
+class _SpanBuilder:
+    """Span columns gathered a table (or a run of ``Span`` objects) at a time."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}
+        self.cols: dict[str, list[np.ndarray]] = {c: [] for c in ("start", "end", "name", "kind", "device")}
+        self.pairs: list[list[tuple[str, Any]]] = []  # per argument position
+        self.index: list[list[tuple[int, np.ndarray]]] = []  # per position: (chunk, index) of the chunks that have it
+        self.chunks = 0
+
+    def _chunk(self, start, end, name, kind, device, args: list[tuple[list[tuple[str, Any]], np.ndarray]]) -> None:
+        for c, col in zip(("start", "end", "name", "kind", "device"), (start, end, name, kind, device)):
+            self.cols[c].append(np.asarray(col, np.int64).reshape(-1))
+        for j, (pairs, idx) in enumerate(args):
+            if j == len(self.pairs):
+                self.pairs.append([])
+                self.index.append([])
+            idx = np.asarray(idx, np.int64)
+            self.index[j].append((self.chunks, np.where(idx >= 0, idx + len(self.pairs[j]), -1)))
+            self.pairs[j].extend(pairs)
+        self.chunks += 1
+
+    def add_spans(self, spans: list[Span]) -> None:
+        if not spans:
+            return
+        known: dict[tuple, int] = {}
+        pairs: list[tuple[str, Any]] = []
+        index = np.full((max(len(sp.args) for sp in spans), len(spans)), -1, np.int64)
+        for i, sp in enumerate(spans):
+            for j, (key, value) in enumerate(sp.args.items()):
+                v = _arg_value(value)  # (a list, a dict... would not serve as a key)
+                token = (str(key), type(v), struct.pack("<d", v) if type(v) is float else v)  # (-0.0 is not 0.0)
+                at = known.get(token)
+                if at is None:
+                    at = known[token] = len(pairs)
+                    pairs.append((str(key), value))
+                index[j, i] = at
+        self._chunk([x.start for x in spans], [x.end for x in spans], [self.texts.setdefault(x.name, len(self.texts)) for x in spans],
+                    [self.kinds.setdefault(x.track, len(self.kinds)) for x in spans],
+                    [-1 if x.device is None else x.device for x in spans], [(pairs, idx) for idx in index])
+
+    def add_table(self, t: SpanTable) -> None:
+        text = np.array([self.texts.setdefault(x, len(self.texts)) for x in t.names], np.int64)
+        kind = self.kinds.setdefault(t.track, len(self.kinds))
+        self._chunk(t.start, t.end, text[t.name], np.full(len(t.name), kind), t.device,
+                    [([(str(key), v) for v in vals], idx) for key, (vals, idx) in t.args.items()])
+
+    def columns(self) -> _SpanColumns:
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+        sizes = [len(c) for c in self.cols["start"]]
+        args = []
+        for pairs, chunks in zip(self.pairs, self.index):
+            parts = [np.full(n, -1, np.int64) for n in sizes]
+            for c, idx in chunks:
+                parts[c] = idx
+            args.append((pairs, cat(parts)))
+        c = {k: cat(v) for k, v in self.cols.items()}
+        return _SpanColumns(c["start"], c["end"], list(self.texts), c["name"], list(self.kinds), c["kind"], c["device"], args)
+
+
+def _checked_table(t: SpanTable, i: int) -> SpanTable:
+    """A span table whose columns agree (else a LayercError naming it); devices below 0: none."""
+    n = len(t.name)
+    cols = [np.asarray(x) for x in (t.name, t.start, t.end, t.device)]
+    if any(c.shape != (n,) or not np.issubdtype(c.dtype, np.integer) for c in cols) or not str(t.track):
+        raise LayercError(f"span table {i} ({t.track!r}) needs a track and integer name, start, end and device columns of one length")
+    if n and (int(cols[0].min()) < 0 or int(cols[0].max()) >= len(t.names)):
+        raise LayercError(f"span table {i} ({t.track!r}) names a span outside its {len(t.names)} names")
+    for key, (vals, idx) in t.args.items():
+        idx = np.asarray(idx)
+        if idx.shape != (n,) or not np.issubdtype(idx.dtype, np.integer) or (n and int(idx.max()) >= len(vals)):
+            raise LayercError(f"span table {i} ({t.track!r}): argument {key!r} needs an index per span into its {len(vals)} values")
+    cols[3] = np.where(cols[3] < 0, -1, cols[3])
+    return SpanTable(str(t.track), [str(x) for x in t.names], *cols, args=dict(t.args))
 
 
 # -- names ---------------------------------------------------------------------------------------
@@ -193,14 +331,13 @@ class _Layout:
         self.names = _Names(trace)
         self.tracks: list[_Track] = []
         self.layer_of = _check_layer_of(trace, layer_of)
-        self.spans = [_span(s, i) for i, s in enumerate(spans or ())]
+        self.spans = _span_columns(spans)
         self.rows: dict[int, _Rows] = {}
         self.skipped = 0
         self._cpu_rows(trace)
         self._gpu_rows(trace)
         self._tracks(trace)
         self._flows(trace)
-        self._kernel_args(trace)
 
     # rows ---------------------------------------------------------------------------------------
     def _valid(self, kind: int, start: np.ndarray | list[int], end: np.ndarray | list[int]) -> _Rows:
@@ -234,8 +371,8 @@ class _Layout:
         memop_names = np.where(m.kind == MEMSET, n.iid("Memset"), n.iid("Memcpy"))
         self.rows[K_MEMOP].name = np.where(m.name >= 0, m.name.astype(np.int64) + 1, memop_names)
         s = self.spans
-        self.rows[K_SPAN] = self._valid(K_SPAN, [x.start for x in s], [x.end for x in s])
-        self.rows[K_SPAN].name = np.array([n.iid(x.name) for x in s], np.int64)
+        self.rows[K_SPAN] = self._valid(K_SPAN, s.start, s.end)
+        self.rows[K_SPAN].name = np.array([n.iid(x) for x in s.texts], np.int64)[s.name]
 
     # tracks -------------------------------------------------------------------------------------
     def _new(self, **kw) -> _Track:
@@ -251,13 +388,13 @@ class _Layout:
             cpu_pids.update(np.unique(pid).tolist())
         devices = set(np.unique(k.device).tolist()) | set(np.unique(m.device).tolist())
         devices |= set(np.unique(ann.pid[self.gpu_ann]).tolist())
-        span_devices = {x.device for x in self.spans}
-        if None in span_devices:  # a span without a device: on the only device, else on its own
-            if len(devices | (span_devices - {None})) == 1:
-                only = next(iter(devices | (span_devices - {None})))
-                self.spans = [x if x.device is not None else _replace_device(x, cast(int, only)) for x in self.spans]
-            span_devices = {x.device for x in self.spans}
-        devices |= span_devices
+        sp_dev = self.spans.device  # -1: none given
+        span_devices = set(np.unique(sp_dev).tolist())
+        if -1 in span_devices:  # a span without a device: on the only device, else on its own
+            if len(devices | (span_devices - {-1})) == 1:
+                sp_dev[sp_dev == -1] = next(iter(devices | (span_devices - {-1})))
+            span_devices = set(np.unique(sp_dev).tolist())
+        devices |= {None if d == -1 else d for d in span_devices}
         taken = set(cpu_pids)
         next_pid = max([p for p in taken | {d for d in devices if d is not None} if isinstance(p, int)] + [0]) + 1
 
@@ -292,18 +429,22 @@ class _Layout:
 
         # spans, one track kind at a time in order of first appearance
         sp = self.rows[K_SPAN]
-        kinds = list(dict.fromkeys(x.track for x in self.spans))
+        kinds = self.spans.kinds
         dev_list = list(dev_track)
         dev_pos = {d: i for i, d in enumerate(dev_list)}
-        span_key = np.array([[dev_pos[x.device], kinds.index(x.track)] for x in self.spans], np.int64).reshape(-1, 2)
+        codes = np.array([-1 if d is None else d for d in dev_list], np.int64)  # (a span's device is never a kernel's -1)
+        order = np.argsort(codes, kind="stable")
+        span_dev = order[np.searchsorted(codes[order], sp_dev)] if len(sp_dev) else sp_dev
+        if None in dev_pos:
+            span_dev = np.where(sp_dev == -1, dev_pos[None], span_dev)
         sp.track, sp.rank = self._place(
-            sp, span_key[:, 0] * max(len(kinds), 1) + span_key[:, 1],
+            sp, span_dev * max(len(kinds), 1) + self.spans.kind,
             lambda g, lane: child(dev_track[dev_list[g // max(len(kinds), 1)]], kinds[g % max(len(kinds), 1)]))
 
         # gpu annotations, one track per device
         ar = self.rows[K_ANNOTATION]
-        ar.track = np.zeros(len(ar), np.int64)
-        ar.rank = np.zeros(len(ar), np.int64)
+        ar.track = np.zeros(len(ar), np.int32)
+        ar.rank = np.zeros(len(ar), np.int32)
         if len(self.gpu_ann):
             sub = _Rows(K_ANNOTATION, ar.start[self.gpu_ann], ar.end[self.gpu_ann])
             dev = ann.pid[self.gpu_ann]
@@ -366,24 +507,24 @@ class _Layout:
         for kind, sel in owners:
             rows = self.rows[kind]
             if rows.track is None:
-                rows.track = np.zeros(len(rows), np.int64)
-                rows.rank = np.zeros(len(rows), np.int64)
+                rows.track = np.zeros(len(rows), np.int32)
+                rows.rank = np.zeros(len(rows), np.int32)
             rows.track[sel] = placed[at: at + len(sel)]
             rows.rank[sel] = ranks[at: at + len(sel)]
             at += len(sel)
 
     def _place(self, rows: _Rows, group: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's track uuid and rank: rows of one group share its track where they nest;
-        rows that overlap without nesting go to the group's overflow lanes. ``make(group, lane)``
-        creates a lane's track."""
+        """Each row's track (its place in ``tracks``) and rank, as int32: rows of one group share its
+        track where they nest; rows that overlap without nesting go to the group's overflow lanes.
+        ``make(group, lane)`` creates a lane's track."""
         n = len(rows)
-        track = np.zeros(n, np.int64)
-        rank = np.zeros(n, np.int64)
+        track = np.zeros(n, np.int32)
+        rank = np.zeros(n, np.int32)
         if n == 0:
             return track, rank
         group = np.asarray(group, np.int64)
         order = np.lexsort((-rows.end, rows.start, group))
-        rank[order] = np.arange(n)
+        rank[order] = np.arange(n, dtype=np.int32)
         g, s, e = group[order], rows.start[order], rows.end[order]
         cuts = np.nonzero(np.diff(g))[0] + 1
         bounds = np.concatenate([[0], cuts, [n]])
@@ -398,18 +539,19 @@ class _Layout:
                 for c, d in _pieces(s[a:b], e[a:b]):
                     if not _nested(s[a + c: a + d], e[a + c: a + d]):
                         ln[c:d] = _stack_lanes(s[a + c: a + d].tolist(), e[a + c: a + d].tolist())
-            uu = np.empty(int(ln.max()) + 1, np.int64)
+            uu = np.empty(int(ln.max()) + 1, np.int32)
             for lane in range(len(uu)):
                 if (gid, lane) not in lanes:
-                    lanes[(gid, lane)] = make(gid, lane).uuid
+                    lanes[(gid, lane)] = make(gid, lane).uuid - (_UUID_BASE + 1)
                 uu[lane] = lanes[(gid, lane)]
             track[order[a:b]] = uu[ln]
         return track, rank
 
     # flows and args -----------------------------------------------------------------------------
     def _flows(self, t: Trace) -> None:
-        """Flow ids: kernel ``i`` is ``i + 1``, memop ``j`` is ``n_kernels + j + 1``; each launch
-        lists the flow ids of what it launched (CSR: ``launch_flows[offsets[i]:offsets[i+1]]``)."""
+        """Flow ids: kernel ``i`` is ``i + 1``, memop ``j`` is ``n_kernels + j + 1`` (where it has
+        one: ``kernel_flows``, ``memop_flows``); each launch lists the flow ids of what it launched
+        (CSR: ``launch_flows[offsets[i]:offsets[i+1]]``, int32)."""
         nk = len(t.kernels)
         kl = t.kernel_launch() if len(t.launches) else np.full(nk, -1, np.int64)
         ml = np.full(len(t.memops), -1, np.int64)
@@ -419,10 +561,9 @@ class _Layout:
             drawn = self.rows[K_LAUNCH].start >= 0
             kl = np.where((kl >= 0) & (self.rows[K_KERNEL].start >= 0) & drawn[np.maximum(kl, 0)], kl, -1)
             ml = np.where((ml >= 0) & (self.rows[K_MEMOP].start >= 0) & drawn[np.maximum(ml, 0)], ml, -1)
-        self.kernel_flow = np.where(kl >= 0, np.arange(nk, dtype=np.int64) + 1, 0)
-        self.memop_flow = np.where(ml >= 0, np.arange(len(ml), dtype=np.int64) + nk + 1, 0)
+        self.kernel_flows, self.memop_flows = kl >= 0, ml >= 0
         launch = np.concatenate([kl, ml])
-        flow = np.concatenate([self.kernel_flow, self.memop_flow])
+        flow = np.arange(1, len(launch) + 1, dtype=np.int32)
         start = np.concatenate([self.rows[K_KERNEL].start, self.rows[K_MEMOP].start])
         keep = launch >= 0
         launch, flow, start = launch[keep], flow[keep], start[keep]
@@ -432,11 +573,23 @@ class _Layout:
         self.launch_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.flows = int(keep.sum())
 
-    def _kernel_args(self, t: Trace) -> None:
-        """Interned texts for grid and block (``[x, y, z]``), once per distinct triple."""
-        k, n = t.kernels, self.names
-        self.grid = _triple_iids(n, k.grid_x, k.grid_y, k.grid_z)
-        self.block = _triple_iids(n, k.block_x, k.block_y, k.block_z)
+    def kernel_flow(self, b: np.ndarray) -> np.ndarray:
+        """Flow ids of kernels ``b`` (0: none)."""
+        return np.where(self.kernel_flows[b], b + 1, 0)
+
+    def memop_flow(self, b: np.ndarray) -> np.ndarray:
+        """Flow ids of memops ``b`` (0: none)."""
+        return np.where(self.memop_flows[b], b + len(self.kernel_flows) + 1, 0)
+
+    def grid(self, b: np.ndarray) -> np.ndarray:
+        """iids of kernels ``b``'s grid texts (``[x, y, z]``, interned once per distinct triple; 0: none)."""
+        k = self.trace.kernels
+        return _triple_iids(self.names, k.grid_x[b], k.grid_y[b], k.grid_z[b])
+
+    def block(self, b: np.ndarray) -> np.ndarray:
+        """The same for their blocks."""
+        k = self.trace.kernels
+        return _triple_iids(self.names, k.block_x[b], k.block_y[b], k.block_z[b])
 
     def full(self, b: np.ndarray) -> np.ndarray:
         """iids of kernels ``b``'s full names (0: none); made per batch, not kept per kernel."""
@@ -486,7 +639,7 @@ class _Layout:
                     continue
                 ts.append(col[idx])
                 codes.append(idx << 4 | kind << 1 | is_end)
-                keys.append(_event_keys(rows.rank[idx], (rows.end[idx] == rows.start[idx]) if is_end else None))
+                keys.append(_event_keys(rows.rank[idx].astype(np.int64), (rows.end[idx] == rows.start[idx]) if is_end else None))
         if not ts:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         ts_a, key_a, code_a = np.concatenate(ts), np.concatenate(keys), np.concatenate(codes)
@@ -610,8 +763,13 @@ def _span(s: Any, i: int) -> Span:
                 device=None if device is None or int(device) < 0 else int(device), args=dict(get("args") or {}))
 
 
-def _replace_device(s: Span, device: int) -> Span:
-    return Span(s.name, s.start, s.end, s.track, device, s.args)
+def _arg_value(value: Any) -> Any:
+    """A span argument as it is written: a bool, an int64, a float, else its text."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)) or (type(value) is int and not -(1 << 63) <= value < 1 << 63):
+        return str(value)
+    return value
 
 
 def _device_label(t: Trace, d, devices: set) -> str:
@@ -639,6 +797,7 @@ class _ProtoWriter:
         self.value_done = bytearray(len(layout.names) + 1)  # debug-annotation string values
         self._da = pb.DebugAnnotation.DESCRIPTOR
         self._da_number = pb.TrackEvent.DESCRIPTOR.fields_by_name["debug_annotations"].number
+        self._blobs: list[list[bytes]] | None = None
 
     def write(self) -> dict[str, int]:
         pb, lay = self.pb, self.lay
@@ -666,11 +825,23 @@ class _ProtoWriter:
             if tr.ordered:
                 td.child_ordering = _EXPLICIT
         self._flush(batch)
+        from concurrent.futures import ThreadPoolExecutor
+
+        # a batch is put together and written (Arrow and the file release the GIL) while the next
+        # is encoded; one waits at most, so memory stays a batch or two (a second encoding thread
+        # gained nothing: the encoding holds the GIL between its numpy calls)
         slices = 0
-        for ts, codes in lay.events():
-            slices += int((codes & 1).sum())
-            for a in range(0, len(ts), PB_BATCH):
-                self._chunk(ts[a: a + PB_BATCH], codes[a: a + PB_BATCH])
+        with ThreadPoolExecutor(1, thread_name_prefix="layerc-write") as out:
+            written = None
+            for ts, codes in lay.events():
+                slices += int((codes & 1).sum())
+                for a in range(0, len(ts), PB_BATCH):
+                    job = self._written(*self._encode(ts[a: a + PB_BATCH], codes[a: a + PB_BATCH]))
+                    if written is not None:
+                        written.result()
+                    written = out.submit(job)
+            if written is not None:
+                written.result()
         return {"packets": self.packets, "slices": slices, "flows": lay.flows, "tracks": len(lay.tracks),
                 "skipped": lay.skipped}
 
@@ -678,69 +849,85 @@ class _ProtoWriter:
         self.packets += len(batch.packet)
         self.f.write(batch.SerializeToString())
 
-    def _chunk(self, ts: np.ndarray, codes: np.ndarray) -> None:
-        """One batch of events as a ``Trace`` of packets, encoded from columns (``pb_columns``)."""
+    def _encode(self, ts: np.ndarray, codes: np.ndarray) -> tuple:
+        """One batch of events as packets, encoded from columns (``pb_columns``): the BEGINs of
+        each kind of row, and all ENDs, as a group each (``join`` puts them back in time order),
+        with the names and string values they use."""
         lay, pb = self.lay, self.pb
         n = len(codes)
         kind = (codes >> 1) & 7
         begin = (codes & 1) == 0
         idx = codes >> 4
-        track = np.empty(n, np.int64)
-        name = np.zeros(n, np.int64)
-        for k in distinct(kind).tolist():
-            m = kind == k
-            track[m] = lay.rows[k].track[idx[m]]
-            m &= begin
-            name[m] = lay.rows[k].name[idx[m]]
-        te = Rows(pb.TrackEvent.DESCRIPTOR, n)
-        values = []
-        for k in distinct(np.where(begin, kind, -1)).tolist():
-            mb = begin & (kind == k)
-            used = self._annotate(te, k, mb, idx[mb])
-            if used is not None:
-                values.append(used)
-        te.varint("type", np.where(begin, _BEGIN, _END))
-        te.varint("name_iid", name[begin], begin)
-        te.varint("track_uuid", track)
-        packets = Rows(pb.TracePacket.DESCRIPTOR, n)
-        packets.varint("timestamp", ts)
-        packets.varint("trusted_packet_sequence_id", SEQUENCE_ID)
-        packets.message("track_event", te)
-        number = pb.TracePacket.DESCRIPTOR.fields_by_name
-        interned = self._intern([name[begin]], values)
-        if interned:
-            packets.encoded(number["interned_data"].number, [interned],
-                            np.where(np.arange(n) == 0, 0, -1))  # the batch's first packet precedes their uses
-        packets.varint("sequence_flags", _SEQ_NEEDS, begin)
-        self.packets += n
-        self.f.write(Rows(pb.Trace.DESCRIPTOR, n).message("packet", packets).tobytes())
+        group = np.where(begin, kind, _END_GROUP)
+        groups = distinct(group)
+        place = np.zeros(_END_GROUP + 1, np.int64)
+        place[groups] = np.arange(len(groups))
+        row = np.empty(n, np.int64)
+        parts, names, values = [], [], []
+        for g in groups.tolist():
+            sel = np.flatnonzero(group == g)
+            row[sel] = np.arange(len(sel))
+            m = len(sel)
+            te = Rows(pb.TrackEvent.DESCRIPTOR, m)
+            if g == _END_GROUP:
+                track = np.empty(m, np.int64)
+                for k in distinct(kind[sel]).tolist():
+                    mine = kind[sel] == k
+                    track[mine] = lay.rows[k].track[idx[sel][mine]]
+                te.varint("type", _END).varint("track_uuid", track + (_UUID_BASE + 1))
+            else:
+                b = idx[sel]
+                used = self._annotate(te, g, b)
+                if used is not None:
+                    values.append(used)
+                name = lay.rows[g].name[b]
+                names.append(name)
+                te.varint("type", _BEGIN).varint("name_iid", name).varint("track_uuid", lay.rows[g].track[b].astype(np.int64) + (_UUID_BASE + 1))
+            packets = Rows(pb.TracePacket.DESCRIPTOR, m)
+            packets.varint("timestamp", ts[sel]).varint("trusted_packet_sequence_id", SEQUENCE_ID).message("track_event", te)
+            if g != _END_GROUP:
+                packets.varint("sequence_flags", _SEQ_NEEDS)
+            parts.append(Rows(pb.Trace.DESCRIPTOR, m).message("packet", packets).pieces())
+        return parts, place[group], row, names, values
 
-    def _intern(self, names: list[np.ndarray], values: list[np.ndarray]) -> bytes:
-        """New interned strings, as an encoded ``interned_data`` field (b"" when none)."""
+    def _written(self, parts: list, group: np.ndarray, row: np.ndarray, names: list, values: list):
+        """What writes an encoded batch, after a packet interning the strings it uses first."""
+        interned = self._intern(names, values)
+        self.packets += len(row) + (interned is not None)
+        head = interned.SerializeToString() if interned is not None else b""
+
+        def write() -> None:
+            self.f.write(head)
+            self.f.write(join(parts, group, row))
+        return write
+
+    def _intern(self, names: list[np.ndarray], values: list[np.ndarray]):
+        """A ``Trace`` of one packet interning the strings not interned before (None: none)."""
         text = self.lay.names.text
-        p = self.pb.TracePacket()
-        for i in _first_uses(names, self.name_done):
+        new_names, new_values = _first_uses(names, self.name_done), _first_uses(values, self.value_done)
+        if not new_names and not new_values:
+            return None
+        batch = self.pb.Trace()
+        p = batch.packet.add()
+        p.trusted_packet_sequence_id = SEQUENCE_ID
+        p.sequence_flags = _SEQ_NEEDS
+        for i in new_names:
             p.interned_data.event_names.add(iid=i, name=text(i))
-        for i in _first_uses(values, self.value_done):
+        for i in new_values:
             p.interned_data.debug_annotation_string_values.add(iid=i, str=text(i).encode())
-        return p.SerializeToString()
+        return batch
 
     # per-kind BEGIN fields ------------------------------------------------------------------------
-    def _annotate(self, te: Rows, k: int, mb: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-        """The debug annotations and flows of the BEGIN events ``mb`` of ``te`` (rows ``b`` of kind
-        ``k``); returns the string values they use."""
+    def _annotate(self, te: Rows, k: int, b: np.ndarray) -> np.ndarray | None:
+        """The debug annotations and flows of ``te``, the BEGIN events of rows ``b`` of kind ``k``;
+        returns the string values they use."""
         lay, t, da = self.lay, self.lay.trace, self._da
-        at = np.flatnonzero(mb)
-
-        def among(has: np.ndarray) -> np.ndarray:  # the rows of ``te`` whose BEGIN event ``has`` marks
-            present = np.zeros(te.n, bool)
-            present[at[has]] = True
-            return present
 
         def annotations(field: str, pairs: tuple[tuple[int, np.ndarray], ...], keep) -> None:
             for iid, values in pairs:
                 has = keep(values)
-                te.message("debug_annotations", Rows(da, int(has.sum())).varint("name_iid", iid).varint(field, values[has]), among(has))
+                if has.any():
+                    te.message("debug_annotations", Rows(da, te.n).varint("name_iid", iid).varint(field, values), has)
 
         def strings(*pairs: tuple[int, np.ndarray]) -> None:
             annotations("string_value_iid", pairs, lambda v: v > 0)
@@ -749,30 +936,30 @@ class _ProtoWriter:
             annotations("int_value", pairs, lambda v: v >= 0)
 
         def ending(flow: np.ndarray) -> None:
-            te.fixed64("terminating_flow_ids", flow[flow != 0], among(flow != 0))
+            if flow.any():
+                te.fixed64("terminating_flow_ids", flow, flow != 0)
 
         if k == K_KERNEL:
             kk = t.kernels
             layer = lay.layer_of[b] if lay.layer_of is not None else np.full(len(b), -1)
-            full = lay.full(b)
-            strings((_ARG["full name"], full), (_ARG["grid"], lay.grid[b]), (_ARG["block"], lay.block[b]))
+            full, grid, block = lay.full(b), lay.grid(b), lay.block(b)
+            strings((_ARG["full name"], full), (_ARG["grid"], grid), (_ARG["block"], block))
             ints((_ARG["registers per thread"], kk.registers[b]), (_ARG["shared memory"], lay.shared(b)), (_ARG["graph id"], kk.graph_id[b]),
                  (_A_CORRELATION, kk.correlation[b]), (_A_NODE, kk.graph_node_id[b]), (_A_EXTERNAL, kk.external_id[b]), (_A_LAYER, layer))
-            ending(lay.kernel_flow[b])
-            return np.concatenate([full, lay.grid[b], lay.block[b]])
+            ending(lay.kernel_flow(b))
+            return np.concatenate([full, grid, block])
         if k == K_MEMOP:
             mm = t.memops
             ints((_ARG["bytes"], mm.bytes[b]), (_A_CORRELATION, mm.correlation[b]), (_A_NODE, mm.graph_node_id[b]))
-            ending(lay.memop_flow[b])
+            ending(lay.memop_flow(b))
             return None
         if k == K_LAUNCH:
             ll, off = t.launches, lay.launch_offsets
             ints((_A_CORRELATION, ll.correlation[b]), (_A_EXTERNAL, ll.external_id[b]))
             many = off[b + 1] - off[b]
-            counts = np.zeros(te.n, np.int64)
-            counts[at] = many
-            inside = np.arange(int(many.sum())) - np.repeat(np.cumsum(many) - many, many)
-            te.repeated_fixed64("flow_ids", lay.launch_flows[np.repeat(off[b], many) + inside], counts)
+            if many.any():
+                inside = np.arange(int(many.sum())) - np.repeat(np.cumsum(many) - many, many)
+                te.repeated_fixed64("flow_ids", lay.launch_flows[np.repeat(off[b], many) + inside].astype(np.int64), many)
             return None
         if k == K_CPU_OP:
             cc = t.cpu_ops
@@ -781,27 +968,16 @@ class _ProtoWriter:
             strings((_ARG["Input Dims"], dims))
             return dims
         if k == K_SPAN:
-            self._span_args(te, at, [lay.spans[i] for i in b.tolist()])
+            for (_, index), blobs in zip(lay.spans.args, self._span_blobs()):
+                te.encoded(self._da_number, blobs, index[b])
         return None  # annotations, module spans: a name on a track
 
-    def _span_args(self, te: Rows, at: np.ndarray, spans: list[Span]) -> None:
-        """Parent spans' annotations (any names, any value types), each distinct (name, value)
-        encoded once by the protobuf library; one field per argument position."""
-        blobs: list[bytes] = []
-        known: dict[tuple, int] = {}
-        which = np.full((max(len(sp.args) for sp in spans), te.n), -1, np.int64)
-        for row, sp in zip(at.tolist(), spans):
-            for j, (key, value) in enumerate(sp.args.items()):
-                if not isinstance(value, (bool, int, float)) or (type(value) is int and not -(1 << 63) <= value < 1 << 63):
-                    value = str(value)  # as it is written (a list, a dict... would not serve as a key; an int past int64)
-                token = (str(key), type(value), struct.pack("<d", value) if type(value) is float else value)  # (-0.0 is not 0.0)
-                i = known.get(token)
-                if i is None:
-                    i = known[token] = len(blobs)
-                    blobs.append(self._span_arg(str(key), value))
-                which[j, row] = i
-        for w in which:
-            te.encoded(self._da_number, blobs, w)
+    def _span_blobs(self) -> list[list[bytes]]:
+        """Each span argument's values as ``debug_annotations`` fields, encoded once by the protobuf
+        library (any names, any value types)."""
+        if self._blobs is None:
+            self._blobs = [[self._span_arg(key, _arg_value(value)) for key, value in pairs] for pairs, _ in self.lay.spans.args]
+        return self._blobs
 
     def _span_arg(self, key: str, value: Any) -> bytes:
         """One ``debug_annotations`` field of a span, tag and all."""
@@ -884,7 +1060,7 @@ class _JsonWriter:
     def _events(self, k: int, b: np.ndarray) -> list[list[dict]]:
         lay, text = self.lay, self.lay.names.text
         rows = lay.rows[k]
-        pos = (rows.track[b] - (_UUID_BASE + 1)).tolist()  # uuids are sequential
+        pos = rows.track[b].tolist()
         start = rows.start[b]
         ts = ((start - self.base) / 1000).tolist()
         dur = ((rows.end[b] - start) / 1000).tolist()
@@ -906,7 +1082,7 @@ class _JsonWriter:
                     ev = out[j][0]
                     out[j] += [_flow("s", fid, ev) for fid in lay.launch_flows[off[i]: off[i + 1]].tolist()]
         elif k in (K_KERNEL, K_MEMOP):
-            flows = (lay.kernel_flow if k == K_KERNEL else lay.memop_flow)[b].tolist()
+            flows = (lay.kernel_flow if k == K_KERNEL else lay.memop_flow)(b).tolist()
             for j, fid in enumerate(flows):
                 if fid:
                     out[j].append(_flow("f", fid, out[j][0]))
@@ -960,7 +1136,8 @@ class _JsonWriter:
                     a["Input Dims"] = t.strings.values[d]
             return out
         if k == K_SPAN:
-            return [{**lay.spans[i].args, "track": lay.spans[i].track} for i in b.tolist()]
+            sp = lay.spans
+            return [{**sp.args_of(i), "track": sp.kinds[sp.kind[i]]} for i in b.tolist()]
         return [{} for _ in range(n)]
 
 
@@ -983,10 +1160,13 @@ def _int_args(cols: dict[str, np.ndarray], n: int) -> list[dict]:
 
 
 def _first_uses(arrays: list[np.ndarray], done_buffer) -> list[int]:
-    """String ids in ``arrays`` not yet interned (0 is "none"), marked done in ``done_buffer``."""
+    """String ids in ``arrays`` not yet interned (0 is "none"), marked done in ``done_buffer`` (a
+    bytearray, grown as texts made on the way, such as grid triples, get ids)."""
     if not arrays:
         return []
     ids = np.unique(np.concatenate(arrays))
+    if len(ids) and int(ids[-1]) >= len(done_buffer):
+        done_buffer.extend(bytes(int(ids[-1]) + 1 - len(done_buffer)))
     done = np.frombuffer(done_buffer, np.uint8)
     ids = ids[(ids > 0) & (done[ids] == 0)]
     done[ids] = 1

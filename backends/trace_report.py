@@ -240,7 +240,7 @@ def write_module_chrome_json(module, path: str, stage: str = "all") -> dict:
 def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
     """Passes, graph replays and layers as parent spans above the kernels (layers carry type and
     stage); ``fmt``: pftrace (protobuf) or json (Chrome JSON). Returns the writer's stats."""
-    from layerc.backends.perfetto import Span, write_chrome_json, write_pftrace
+    from layerc.backends.perfetto import Span, SpanTable, write_chrome_json, write_pftrace
     from layerc.passes.layer_facts import stage_name
     from layerc.passes.replays import graph_replays
 
@@ -257,14 +257,22 @@ def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
                      k.device[order[at]].tolist())
         spans.extend(Span(f"pass {q} ({a.pass_label(q, 'no layers')})", start, end, "passes", device) for q, start, end, device in bounds)
     rows = np.nonzero(a.rows)[0]
-    stages = {s: stage_name(s) for s in set(t.stage[rows].tolist())}
-    for r, index, start, end, device, stage, count, q in zip(
-            rows.tolist(), *(c[rows].tolist() for c in (t.index, t.start, t.end, k.device[t.first], t.stage, t.kernel_count, t.pass_index))):
-        spans.append(Span(f"layer {index} {t.type[r]}", start, end, "layers", device,
-                          {"layer": index, "type": t.type[r], "stage": stages[stage], "kernels": count, "pass": q}))
+    type_names, type_of = np.unique(np.array([t.type[r] for r in rows.tolist()], dtype=object).astype(str), return_inverse=True)
+    index = t.index[rows].astype(np.int64)
+    named, name_of = np.unique(index * max(len(type_names), 1) + type_of, return_inverse=True)  # each (index, type) named once
+    names = [f"layer {x // max(len(type_names), 1)} {type_names[x % max(len(type_names), 1)]}" for x in named.tolist()]
+    stages, stage_of = np.unique(t.stage[rows], return_inverse=True)
+
+    def column(values: np.ndarray) -> tuple[list, np.ndarray]:
+        distinct, at = np.unique(values, return_inverse=True)
+        return distinct.tolist(), at
+
+    spans.append(SpanTable("layers", names, name_of, t.start[rows], t.end[rows], k.device[t.first[rows]], {
+        "layer": column(index), "type": (type_names.tolist(), type_of), "stage": ([stage_name(x) for x in stages.tolist()], stage_of),
+        "kernels": column(t.kernel_count[rows]), "pass": column(t.pass_index[rows])}))
     write = write_chrome_json if fmt == "json" else write_pftrace
     stats = write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1)) or {}
-    return {**stats, "spans": len(spans)}
+    return {**stats, "spans": sum(len(x.name) if isinstance(x, SpanTable) else 1 for x in spans)}
 
 
 def show(a: Analysis, args: argparse.Namespace, con=None) -> None:

@@ -56,15 +56,13 @@ def _by_columns(events: list[dict]) -> bytes:
     te = Rows(pb.TrackEvent.DESCRIPTOR, n)
     for j in range(max((len(e["annotations"]) for e in events), default=0)):  # the j-th annotation of each event
         has = np.array([len(e["annotations"]) > j for e in events], bool)
-        picked = [e["annotations"][j] for e in events if len(e["annotations"]) > j]
+        picked = [e["annotations"][j] if len(e["annotations"]) > j else (0, ("none", 0)) for e in events]
+        iids = np.array([iid for iid, _ in picked], np.int64)
+        values = _i64(v for _, (_, v) in picked)
         for kind, field in (("int", "int_value"), ("iid", "string_value_iid")):
-            mine = np.array([k == kind for _, (k, _) in picked], bool)
-            present = np.zeros(n, bool)
-            present[np.flatnonzero(has)[mine]] = True
-            sub = Rows(pb.DebugAnnotation.DESCRIPTOR, int(mine.sum()))
-            sub.varint("name_iid", np.array([iid for iid, _ in picked], np.int64)[mine])
-            sub.varint(field, _i64(v for _, (_, v) in picked)[mine])
-            te.message("debug_annotations", sub, present)  # one field: added in the order the library adds them
+            mine = has & np.array([k == kind for _, (k, _) in picked], bool)
+            sub = Rows(pb.DebugAnnotation.DESCRIPTOR, n).varint("name_iid", iids).varint(field, values)
+            te.message("debug_annotations", sub, mine)  # one field: added in the order the library adds them
     blobs, which = [], np.full(n, -1, np.int64)
     for i, e in enumerate(events):
         if e["span_arg"] is not None:
@@ -74,13 +72,13 @@ def _by_columns(events: list[dict]) -> bytes:
             blobs.append(one.SerializeToString())
     te.encoded(pb.TrackEvent.DESCRIPTOR.fields_by_name["debug_annotations"].number, blobs, which)
     te.varint("type", np.where(begin, 1, 2))
-    te.varint("name_iid", col("name")[begin], begin)
+    te.varint("name_iid", col("name"), begin)
     te.varint("track_uuid", col("track"))
     te.repeated_fixed64("flow_ids", _i64(f for e in events for f in e["flows"]),
                         np.array([len(e["flows"]) for e in events], np.int64))
     for j in range(max((len(e["ends"]) for e in events), default=0)):
         has = np.array([len(e["ends"]) > j for e in events], bool)
-        te.fixed64("terminating_flow_ids", _i64(e["ends"][j] for e in events if len(e["ends"]) > j), has)
+        te.fixed64("terminating_flow_ids", _i64(e["ends"][j] if len(e["ends"]) > j else 0 for e in events), has)
     packets = Rows(pb.TracePacket.DESCRIPTOR, n)
     packets.varint("sequence_flags", 2, begin)  # added first: written in field-number order all the same
     packets.varint("timestamp", col("ts"))
@@ -119,3 +117,52 @@ def test_a_field_of_another_type_or_count_is_refused():
         rows.varint("track_uuid", np.arange(2))
     with pytest.raises(ValueError):
         rows.message("debug_annotations", Rows(pb.DebugAnnotation.DESCRIPTOR, 2))
+    with pytest.raises(ValueError):  # a presence column of another length
+        rows.varint("track_uuid", 1, np.ones(2, bool))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=20), min_size=1, max_size=40), st.data())
+def test_pieces_are_put_together_alike_by_numpy_and_by_arrow(blobs, data):
+    """``take`` joins pieces in any order, repeated or left out, the same way on both of its paths
+    (numpy for small buffers, Arrow's take for large ones)."""
+    import layerc.backends.pb_columns as pbc
+
+    order = np.array(data.draw(st.lists(st.integers(0, len(blobs) - 1), max_size=60)), np.int64)
+    buffer = np.frombuffer(b"".join(blobs) or b"\0", np.uint8)[: sum(map(len, blobs))]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
+    want = b"".join(blobs[i] for i in order)
+    small = pbc._SMALL
+    try:
+        for pbc._SMALL in (1 << 30, 0):
+            assert bytes(pbc.take(buffer, offsets, order)) == want
+    finally:
+        pbc._SMALL = small
+
+
+def test_rows_of_several_groups_are_joined_in_order():
+    """``join`` interleaves the rows of several encodings (a kind's BEGINs, all ENDs...) back in
+    event order; one with a repeated field has more pieces per row than one without."""
+    from layerc.backends.pb_columns import join
+
+    def events(ts, flows):
+        n = len(ts)
+        te = Rows(pb.TrackEvent.DESCRIPTOR, n).varint("track_uuid", np.arange(n) + 7)
+        te.repeated_fixed64("flow_ids", np.arange(sum(flows)), np.array(flows, np.int64))
+        packets = Rows(pb.TracePacket.DESCRIPTOR, n).varint("timestamp", np.array(ts)).message("track_event", te)
+        return Rows(pb.Trace.DESCRIPTOR, n).message("packet", packets)
+
+    a, b = events([10, 30, 50], [0, 2, 1]), events([20, 40], [0, 0])
+    group = np.array([0, 1, 0, 1, 0])
+    row = np.array([0, 0, 1, 1, 2])
+    joined = pb.Trace.FromString(bytes(join([a.pieces(), b.pieces()], group, row)))
+    assert [p.timestamp for p in joined.packet] == [10, 20, 30, 40, 50]
+    assert [list(p.track_event.flow_ids) for p in joined.packet] == [[], [], [0, 1], [], [2]]
+    assert bytes(join([a.pieces(), b.pieces()], group, row)) == b"".join(_one(a if g == 0 else b, r) for g, r in zip(group, row))
+
+
+def _one(rows: Rows, r: int) -> bytes:
+    """Row ``r`` of ``rows`` alone, by joining only it."""
+    from layerc.backends.pb_columns import join
+
+    return bytes(join([rows.pieces()], np.array([0]), np.array([r])))

@@ -615,3 +615,57 @@ def test_span_arguments_of_any_value_type_are_written(tmp_path):
     zeros = [str(d.double_value) for p in trace.packet for d in p.track_event.debug_annotations if d.name == "z"]
     assert zeros == ["0.0", "-0.0"]  # equal values that encode apart are not shared
     assert pf._span(Span("a", 0, 1, "", None, {}), 0).track == "spans"  # an empty track name means the default
+
+
+def test_a_span_table_draws_what_its_spans_draw(tmp_path):
+    """Spans given as columns (``SpanTable``: a long trace's layers, no object per span) draw the
+    same slices, names, tracks and arguments as the same spans given one by one, in either
+    format; mixed with loose spans, the tracks keep their order of first appearance."""
+    from layerc.backends.perfetto import SpanTable
+
+    t, _ = synthetic(300, devices=2, streams=2, replay_every=0, cpu=True)
+    k = t.kernels
+    rng = np.random.default_rng(5)
+    picks = np.sort(rng.choice(len(k), 40, replace=False))
+    types = ["MLA_MOE", "ATTN"]
+    loose = [Span("whole run", int(k.start.min()), int(k.end.max()), "run")]
+    spans = [Span(f"layer {i % 7} {types[i % 2]}", int(k.start[j]), int(k.end[j]), "layers", int(k.device[j]),
+                  {"layer": i % 7, "type": types[i % 2], "kernels": 1, "ratio": i / 3})
+             for i, j in enumerate(picks.tolist())]
+    names = sorted({s.name for s in spans})
+    table = SpanTable("layers", names, np.array([names.index(s.name) for s in spans]), k.start[picks], k.end[picks],
+                      k.device[picks].astype(np.int64), {
+                          "layer": (list(range(7)), np.arange(40) % 7), "type": (types, np.arange(40) % 2),
+                          "kernels": ([1], np.zeros(40, np.int64)), "ratio": ([i / 3 for i in range(40)], np.arange(40))})
+    a, b = tmp_path / "objects.pftrace", tmp_path / "table.pftrace"
+    write_pftrace(t, a, spans=loose + spans)
+    stats = write_pftrace(t, b, spans=[*loose, table])
+    paths = track_paths(replay(a)["tracks"])
+
+    def drawn(path: Path) -> list:
+        return [(s["ts"], s["dur"], s["name"], paths[s["track"]], s["depth"], s["args"], s["flows"], s["ends_flows"])
+                for s in replay(path)["slices"]]
+    assert drawn(a) == drawn(b) and stats["slices"] > 40  # (names are interned in another order)
+    ja, jb = tmp_path / "objects.json", tmp_path / "table.json"
+    write_chrome_json(t, ja, spans=loose + spans)
+    write_chrome_json(t, jb, spans=[*loose, table])
+    assert ja.read_bytes() == jb.read_bytes()
+    doc = replay(b)
+    layers = [s for s in doc["slices"] if s["name"].startswith("layer ")]
+    assert len(layers) == 40 and {s["args"]["type"] for s in layers} == set(types)
+
+
+def test_a_span_table_that_does_not_add_up_is_refused(tmp_path):
+    from layerc.backends.perfetto import SpanTable
+    from layerc.ir.diagnostics import LayercError
+
+    t, _ = synthetic(20, devices=1, streams=1, replay_every=0, cpu=False)
+    one = np.zeros(1, np.int64)
+    bad = [SpanTable("x", ["a"], one, one, one, np.zeros(2, np.int64)),  # columns of two lengths
+           SpanTable("x", ["a"], one + 1, one, one, one),  # a name outside the names
+           SpanTable("", ["a"], one, one, one, one),  # no track
+           SpanTable("x", ["a"], one, one, one, one, {"k": ([], one)})]  # an argument outside its values
+    for table in bad:
+        with pytest.raises(LayercError):
+            write_pftrace(t, tmp_path / "bad.pftrace", spans=[table])
+    assert not (tmp_path / "bad.pftrace").exists()
