@@ -17,11 +17,9 @@ from __future__ import annotations
 import atexit
 import gzip
 import os
-import shutil
 import signal
 import stat
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +111,8 @@ class Transaction:
         where = os.path.dirname(target.path) if target.how == "rename" else None
         name = os.path.basename(target.path) if target.how == "rename" else "layerc-output"
         try:
+            import tempfile  # (here: its import of random costs a small run 2 ms)
+
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=where)
         except OSError as e:
             raise LayercError(f"cannot write {os.fspath(path)}: {e.strerror}", os.fspath(path)) from None
@@ -174,6 +174,8 @@ class Transaction:
 
 
 def _copy_into(tmp: str, target: _Target, stdout: IO[str] | None) -> None:
+    import shutil
+
     try:
         with open(tmp, "rb") as src:
             if target.fd is not None:

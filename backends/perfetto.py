@@ -57,7 +57,7 @@ import numpy as np
 from layerc.ir.diagnostics import LayercError
 from layerc.backends.outputs import atomic_path, open_staged
 from layerc.backends.pb_columns import Rows, join
-from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, link, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, link, unique, unique_inverse
 
 #: The one packet sequence every packet is written on.
 SEQUENCE_ID = 0x6C63
@@ -385,15 +385,15 @@ class _Layout:
         cpu_pids = set()
         for table, idx in ((t.launches, None), (t.cpu_ops, None), (t.modules, None), (ann, self.cpu_ann)):
             pid = table.pid if idx is None else table.pid[idx]
-            cpu_pids.update(np.unique(pid).tolist())
-        devices = set(np.unique(k.device).tolist()) | set(np.unique(m.device).tolist())
-        devices |= set(np.unique(ann.pid[self.gpu_ann]).tolist())
+            cpu_pids.update(unique(pid).tolist())
+        devices = set(unique(k.device).tolist()) | set(unique(m.device).tolist())
+        devices |= set(unique(ann.pid[self.gpu_ann]).tolist())
         sp_dev = self.spans.device  # -1: none given
-        span_devices = set(np.unique(sp_dev).tolist())
+        span_devices = set(unique(sp_dev).tolist())
         if -1 in span_devices:  # a span without a device: on the only device, else on its own
             if len(devices | (span_devices - {-1})) == 1:
                 sp_dev[sp_dev == -1] = next(iter(devices | (span_devices - {-1})))
-            span_devices = set(np.unique(sp_dev).tolist())
+            span_devices = set(unique(sp_dev).tolist())
         devices |= {None if d == -1 else d for d in span_devices}
         taken = set(cpu_pids)
         next_pid = max([p for p in taken | {d for d in devices if d is not None} if isinstance(p, int)] + [0]) + 1
@@ -555,7 +555,7 @@ class _Layout:
         nk = len(t.kernels)
         kl = t.kernel_launch() if len(t.launches) else np.full(nk, -1, np.int64)
         ml = np.full(len(t.memops), -1, np.int64)
-        if len(t.launches) and len(t.memops) and len(np.unique(t.launches.pid)) == 1:
+        if len(t.launches) and len(t.memops) and len(unique(t.launches.pid)) == 1:
             ml = link(t.memops.correlation, t.launches.correlation)
         if len(t.launches):  # rows without a time are not drawn: no flows either
             drawn = self.rows[K_LAUNCH].start >= 0
@@ -615,7 +615,7 @@ class _Layout:
             step = max(1, total // (64 * (total // window)))
             sample = np.sort(np.concatenate([rows.start[::step] for _, rows in parts]))
             at = np.linspace(0, len(sample) - 1, total // window + 1)[1:-1].astype(np.int64)
-            cuts = np.unique(sample[at]).tolist()
+            cuts = unique(sample[at]).tolist()
         edges = [None] + cuts + [None]
         for lo, hi in zip(edges[:-1], edges[1:]):
             ts, codes = self._window(parts, lo, hi, ends)
@@ -716,7 +716,7 @@ def _stack_lanes(starts: list[int], ends: list[int]) -> list[int]:
 
 def _unique_rows(*cols: np.ndarray) -> tuple[list[tuple], np.ndarray]:
     """Distinct rows of equal-length integer columns and each row's index among them (what
-    ``np.unique(axis=0)`` gives, without its slow sort of row bytes)."""
+    ``unique(axis=0)`` gives, without its slow sort of row bytes)."""
     n = len(cols[0])
     if n == 0:
         return [], np.empty(0, np.int64)
@@ -1050,7 +1050,7 @@ class _JsonWriter:
         kind = (codes >> 1) & 7
         idx = codes >> 4
         made: dict[int, Iterator] = {}
-        for k in np.unique(kind).tolist():
+        for k in unique(kind).tolist():
             made[k] = iter(self._events(k, idx[kind == k]))
         out: list[dict] = []
         for k in kind.tolist():
@@ -1164,7 +1164,7 @@ def _first_uses(arrays: list[np.ndarray], done_buffer) -> list[int]:
     bytearray, grown as texts made on the way, such as grid triples, get ids)."""
     if not arrays:
         return []
-    ids = np.unique(np.concatenate(arrays))
+    ids = unique(np.concatenate(arrays))
     if len(ids) and int(ids[-1]) >= len(done_buffer):
         done_buffer.extend(bytes(int(ids[-1]) + 1 - len(done_buffer)))
     done = np.frombuffer(done_buffer, np.uint8)

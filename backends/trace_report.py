@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerc.ir.diagnostics import warn
+from layerc.ir.trace import unique
 
 if TYPE_CHECKING:
     from layerc.ir.trace import Trace
@@ -83,7 +84,7 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
     total = int(dur[keep].sum())
     by = lambda codes, names: {  # noqa: E731
         names(c): {"kernels": int(((codes == c) & keep).sum()), "time_ns": int(dur[(codes == c) & keep].sum())}
-        for c in np.unique(codes[keep]).tolist()
+        for c in unique(codes[keep]).tolist()
     }
     orphans = keep & (a.layers.layer < 0)
     return {
@@ -307,7 +308,7 @@ def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
         tab = Table(title=f"time by {title}", title_justify="left")
         for col in (title, "kernels", "time (µs)", "share"):
             tab.add_column(col, justify="left" if col == title else "right")
-        values = np.unique(codes[keep]).tolist()
+        values = unique(codes[keep]).tolist()
         for c in sorted(values, key=lambda c: -int(dur[(codes == c) & keep].sum())):
             tab.add_row(name(c), *share((codes == c) & keep))
         con.print(tab)

@@ -14,6 +14,7 @@ import numpy as np
 from layerc.grammar import inputs
 from layerc.grammar.config_files import finite_number, parse_json
 from layerc.ir.diagnostics import LayercError, Location, ParseError, source_line_at
+from layerc.ir.trace import unique
 
 #: The largest time a simulated trace may give, in its µs: the trace IR's bound of 2**62 ns.
 MAX_US = 2**62 / 1e3
@@ -40,7 +41,7 @@ class SimulatedTrace:
 
     @property
     def engines(self) -> int:
-        return len(np.unique(self.engine))
+        return len(unique(self.engine))
 
     def __len__(self) -> int:
         return len(self.name)

@@ -340,13 +340,29 @@ def _invalid_rows(table: Table) -> Iterator[tuple[str, np.ndarray]]:
 
 def distinct(ids: np.ndarray) -> np.ndarray:
     """The sorted distinct non-negative values of an id column. (Ids are small dense integers, so
-    a bincount beats np.unique, which also imports numpy.ma on first use: 15 ms per process.)"""
+    a bincount beats a sort.)"""
     ids = ids[ids >= 0]
     if not len(ids):
         return np.empty(0, np.int64)
     if int(ids.max()) > 4 * len(ids) + 4096:  # sparse ids (read from a file): no table sized by them
-        return np.unique(ids).astype(np.int64)
+        return unique(ids).astype(np.int64)
     return np.flatnonzero(np.bincount(ids))
+
+
+def unique(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer or bool column: ``np.unique(values)``, whose check
+    for a masked array (asked for no indices) imports numpy.ma, 9 ms, a tenth of a small trace's
+    whole run: a short column is sorted here instead (a long one is hashed by numpy, as before)."""
+    v = np.asarray(values)
+    if v.size > 1 << 16:
+        return np.unique(v)
+    v = np.sort(v, axis=None)
+    if len(v) < 2:
+        return v
+    keep = np.empty(len(v), bool)
+    keep[0] = True
+    np.not_equal(v[1:], v[:-1], out=keep[1:])
+    return v[keep]
 
 
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -358,7 +374,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return values.copy(), np.empty(0, np.int64)
     lo, hi = int(values.min()), int(values.max())
     if hi - lo > 4 * len(values) + 4096 or values.dtype.kind != "i":  # sparse: the distinct values (hashed), then a search
-        ids = np.unique(values)
+        ids = unique(values)
         return ids, np.searchsorted(ids, values).astype(np.int64)
     shifted = values.astype(np.int64) - lo  # (in the column's own type, int8 or int16 would wrap)
     present = np.zeros(hi - lo + 1, bool)

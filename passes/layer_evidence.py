@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from layerc.ir.trace import distinct
+from layerc.ir.trace import distinct, unique
 from layerc.passes.kernel_tables import TYPES
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def stacks(layer: np.ndarray, pass_of: np.ndarray, motif: np.ndarray | None, spa
         out = [{"class": s.cls, "parent": s.parent, "layers": s.count, "offset": s.offset} for s in spans.stacks]
     motif = motif if motif is not None else np.zeros(len(layer), np.int64)
     found = ~by_spans & (layer >= 0)
-    for m in np.unique(motif[found]).tolist():
+    for m in unique(motif[found]).tolist():
         sel = found & (motif == m)
         stack[sel] = len(out)
         out.append({"class": None, "parent": None, "layers": int(layers_per_pass(np.where(sel, layer, -1), pass_of, n).max()),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace
+from layerc.ir.trace import ANNOTATION_GPU, Trace, unique
 
 _MODULE = re.compile(r"^nn\.Module: (\w+?)_(\d+)$")
 #: a module path with a numbered entry: the class is the path before the first number
@@ -111,7 +111,7 @@ def span_layers(trace: Trace, heavy: np.ndarray | None = None, host: tuple[np.nd
         return None
     when, tid = host if host is not None else trace.kernel_host()
     heavy = np.ones(len(trace.kernels), bool) if heavy is None else heavy
-    repeated = [c for c in range(len(table.names)) if len(np.unique(table.inst[table.cls == c])) >= 2]
+    repeated = [c for c in range(len(table.names)) if len(unique(table.inst[table.cls == c])) >= 2]
     repeated = sorted(repeated, key=lambda c: -int((table.cls == c).sum()))[:MAX_CLASSES]
     held = {c: _holding(table, table.cls == c, when, tid) for c in repeated}
     candidates = [c for c in repeated if _is_heavy(held[c], heavy)]
@@ -129,7 +129,7 @@ def _holding(table: _Table, sel: np.ndarray, when: np.ndarray, tid: np.ndarray) 
     """Per kernel, the row of the outermost span among ``sel`` that holds its launch, or -1."""
     rows = np.nonzero(sel)[0]
     out = np.full(len(when), -1, np.int64)
-    for t in np.unique(table.tid[rows]).tolist():
+    for t in unique(table.tid[rows]).tolist():
         mine = rows[table.tid[rows] == t]
         mine = mine[np.lexsort((-table.end[mine], table.start[mine]))]
         # the outermost: drop spans inside an earlier one of the same rows (a path's sub-ranges)
@@ -171,8 +171,8 @@ def _contains(inner: np.ndarray, outer: np.ndarray) -> bool:
     launched = outer >= 0
     if not launched.any():
         return False
-    per_outer = len(np.unique(outer[launched & (inner >= 0)] * (1 << 32) + inner[launched & (inner >= 0)]))
-    return per_outer >= 2 * len(np.unique(outer[launched])) and float((inner[launched] >= 0).mean()) >= CONTAINER_SHARE
+    per_outer = len(unique(outer[launched & (inner >= 0)] * (1 << 32) + inner[launched & (inner >= 0)]))
+    return per_outer >= 2 * len(unique(outer[launched])) and float((inner[launched] >= 0).mean()) >= CONTAINER_SHARE
 
 
 def _numbered(table: _Table, layers: list[int], held: dict[int, np.ndarray], when: np.ndarray, trace: Trace) -> Spans:
@@ -189,7 +189,7 @@ def _numbered(table: _Table, layers: list[int], held: dict[int, np.ndarray], whe
     which = np.full(len(table.cls), -1, np.int64)
     for s, key in enumerate(ordered):
         rows = np.array(keys[key])
-        numbers = np.unique(table.inst[rows])
+        numbers = unique(table.inst[rows])
         rank[rows] = offset + np.searchsorted(numbers, table.inst[rows])
         which[rows] = s
         p = key[1]
@@ -207,7 +207,7 @@ def _parents(table: _Table, layers: list[int]) -> np.ndarray:
     ``class << 32 | instance`` (-1 for none)."""
     out = np.full(len(table.cls), -1, np.int64)
     is_layer = np.isin(table.cls, layers)
-    for t in np.unique(table.tid).tolist():
+    for t in unique(table.tid).tolist():
         rows = np.nonzero(table.tid == t)[0]
         rows = rows[np.lexsort((-table.end[rows], table.start[rows]))]
         open_: list[int] = []  # enclosing spans of other classes, outermost first

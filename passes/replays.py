@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.trace import Trace
+from layerc.ir.trace import Trace, unique
 
 
 @dataclass
@@ -48,7 +48,7 @@ def graph_replays(trace: Trace) -> dict[int, list[np.ndarray]]:
     if not len(nodes):
         return {}
     keys = np.where(k.graph_id[nodes] >= 0, k.graph_id[nodes], 0)
-    return {int(g): [nodes[keys == g]] for g in np.unique(keys)}
+    return {int(g): [nodes[keys == g]] for g in unique(keys)}
 
 
 def pick_replay(trace: Trace, graph: int | None = None, replay: int = 0) -> Replay:
@@ -65,7 +65,7 @@ def pick_replay(trace: Trace, graph: int | None = None, replay: int = 0) -> Repl
     runs = graphs[graph]
     k = trace.kernels
     nodes = k.graph_node_id[runs[0]]
-    if len(runs) == 1 and len(np.unique(nodes[nodes >= 0])) < len(nodes[nodes >= 0]):
+    if len(runs) == 1 and len(unique(nodes[nodes >= 0])) < len(nodes[nodes >= 0]):
         # Every replay in one group (no launch rows): the first execution of each graph node.
         idx = runs[0]
         order = np.lexsort((k.start[idx], k.graph_node_id[idx]))
@@ -78,8 +78,8 @@ def pick_replay(trace: Trace, graph: int | None = None, replay: int = 0) -> Repl
     if not 0 <= replay < len(runs):
         raise LayercError(f"graph {graph} has {len(runs)} replays; --replay takes 0..{len(runs) - 1}", trace.source)
     idx = runs[replay]
-    unique = len(np.unique(nodes[nodes >= 0])) if (nodes >= 0).any() else len(idx)
-    return Replay(graph, idx, len(runs), unique, "launch correlation")
+    distinct_nodes = len(unique(nodes[nodes >= 0])) if (nodes >= 0).any() else len(idx)
+    return Replay(graph, idx, len(runs), distinct_nodes, "launch correlation")
 
 
 def layers_of(trace: Trace, kernels: np.ndarray, layer: np.ndarray | None = None, strategy: str = "auto") -> list[np.ndarray]:
@@ -91,7 +91,7 @@ def layers_of(trace: Trace, kernels: np.ndarray, layer: np.ndarray | None = None
 
         layer = detect_layers(trace, strategy).layer
     own = layer[kernels]
-    ids = np.unique(own[own >= 0])
+    ids = unique(own[own >= 0])
     if not len(ids):
         return [kernels]
     first = np.nonzero(own == ids[0])[0][0]

@@ -36,7 +36,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace, unique_inverse
+from layerc.ir.trace import Kernels, Trace, unique, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -171,7 +171,7 @@ def _whole_layer(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) 
     if _repeats_whole(tokens, best):
         return best, score
     gaps = set()
-    for t in np.unique(tokens[kind == ATTENTION]).tolist():
+    for t in unique(tokens[kind == ATTENTION]).tolist():
         where = np.nonzero(tokens == t)[0]
         if len(where) >= 3:
             gaps.add(int(np.median(np.diff(where))))
@@ -389,7 +389,7 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
         base += int(part_run.max()) + 1 if b > a else 0
         if period and (part >= 0).any():
             periods.append((period, score * (b - a)))
-            counts.add(len(np.unique(part[part >= 0])))
+            counts.add(len(unique(part[part >= 0])))
     if len(periods) < 2 or len(counts) > 1:
         return got
     period = Counter(q for q, _ in periods).most_common(1)[0][0]
@@ -426,7 +426,7 @@ def structural(p: _Pass, period: int = 0) -> np.ndarray:
     unit = (np.cumsum(counted) - 1) // period  # the period each kernel falls in
     units = int(unit[-1]) + 1
     names, inverse = np.unique(p.token[weak], return_inverse=True)
-    seen = np.unique(inverse.reshape(-1) * (units + 1) + np.maximum(unit[weak], 0))  # distinct (name, period)
+    seen = unique(inverse.reshape(-1) * (units + 1) + np.maximum(unit[weak], 0))  # distinct (name, period)
     recurs = np.bincount(seen // (units + 1), minlength=len(names)) >= RECURS * units
     keep: np.ndarray = ~weak
     keep[np.nonzero(weak)[0][recurs[inverse.reshape(-1)]]] = True
@@ -675,7 +675,7 @@ def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray) -> int:
 def merge_half_layers(layer: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """Join each half layer without attention to an attention half just before it."""
     out = layer.copy()
-    ids = [i for i in np.unique(layer).tolist() if i >= 0]
+    ids = [i for i in unique(layer).tolist() if i >= 0]
     has_att = {i: bool((kind[layer == i] == ATTENTION).any()) for i in ids}
     new, prev_open = -1, False
     for i in ids:
@@ -941,7 +941,7 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
     st[inside] = dense.reshape(-1)
     n, width, stacks_n = int(pass_of.max()) + 1, int(layer.max()) + 1, len(ids)
     key = (pass_of[inside] * stacks_n + st[inside]) * width + layer[inside]
-    pairs = np.unique(key)
+    pairs = unique(key)
     counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
     gemms = np.bincount(np.searchsorted(pairs, key), weights=kind[inside] == LINEAR, minlength=len(pairs))
     layer_stack = (pairs // width) % stacks_n
@@ -967,8 +967,8 @@ def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]
     seen before whose kernel names it mostly shares (a decode pass runs the language model's
     stack only, a prefill pass the vision tower's first), else a new one."""
     out = np.full(len(local), -1, np.int64)
-    for s in np.unique(local[local >= 0]).tolist():
-        names = set(np.unique(token[local == s]).tolist())
+    for s in unique(local[local >= 0]).tolist():
+        names = set(unique(token[local == s]).tolist())
         match = [len(names & seen) / len(names | seen) for seen in signatures]
         best = int(np.argmax(match)) if match else -1
         if best < 0 or match[best] < 0.5:
@@ -1015,7 +1015,7 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
         if b - a < OTHER_STACK:
             continue
         inner, inner_run, period, _ = motif_layers(p.take(slice(a, b)), eager=eager)
-        ids = np.unique(inner[inner >= 0])
+        ids = unique(inner[inner >= 0])
         kinds = p.kind[a:b][inner >= 0]
         if len(ids) < 2 or not ((kinds == ATTENTION).sum() >= len(ids) or (kinds == MOE).sum() >= len(ids)):
             continue
@@ -1074,7 +1074,7 @@ def _usual_layer(p: _Pass, got: np.ndarray, run: np.ndarray) -> tuple[int, tuple
     if not ours.any():
         return None
     width = int(got[ours].max()) + 1
-    per_run = np.bincount(np.unique(run[ours] * width + got[ours]) // width)
+    per_run = np.bincount(unique(run[ours] * width + got[ours]) // width)
     usual = Counter(per_run[per_run > 0].tolist()).most_common(1)[0][0]
     return usual, _layer_shapes(p.short, np.where(ours, got + run * width, -1)).most_common(1)[0][0]
 
@@ -1087,7 +1087,7 @@ def _same_layers_again(p: _Pass, first: tuple[int, tuple[int, ...]], a: int, inn
     runs other kernels, a cross-attention more)."""
     mine = inner >= 0
     usual, theirs = first
-    if not mine.any() or len(np.unique(inner[mine])) != usual:
+    if not mine.any() or len(unique(inner[mine])) != usual:
         return False
     layer = _layer_shapes(p.short[a : a + len(inner)], np.where(mine, inner + inner_run * (int(inner.max()) + 1), -1)).most_common(1)[0][0]
     shared = sum((Counter(layer) & Counter(theirs)).values())
@@ -1102,7 +1102,7 @@ def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.nd
         run[_idle_breaks(p)] = 1
         run = np.cumsum(run)
     halves, whole = np.full(len(run), -1, np.int64), np.full(len(run), -1, np.int64)
-    for r in np.unique(run).tolist():
+    for r in unique(run).tolist():
         sel = np.nonzero(run == r)[0]
         piece = p.take(run == r)
         halves[sel] = boundary_layers(piece)
@@ -1113,7 +1113,7 @@ def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.nd
 def _split_each_run(layer: np.ndarray, run: np.ndarray, columns: _Columns, idx: np.ndarray) -> np.ndarray:
     """``split_half_layers`` on each forward pass of ``idx`` apart (layer numbers restart in each)."""
     out = layer.copy()
-    for r in np.unique(run).tolist():
+    for r in unique(run).tolist():
         sel = run == r
         out[sel] = split_half_layers(layer[sel], columns.at(idx[sel]))
     return out
@@ -1214,7 +1214,7 @@ def _regularity(token: np.ndarray, layer: np.ndarray, run: np.ndarray | None = N
     single layer, which shows no repeat (a whole pass taken for one layer is no finding).
     ``run``: the forward pass of each kernel, where layer numbers restart."""
     key = layer if run is None else np.where(layer >= 0, run * (int(layer.max()) + 1) + layer, -1)
-    ids = [i for i in np.unique(key).tolist() if i >= 0]
+    ids = [i for i in unique(key).tolist() if i >= 0]
     if len(ids) < 2:
         return 0.0
     seqs = Counter(tuple(token[key == i].tolist()) for i in ids)

@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -44,10 +44,10 @@ def passes(trace: Trace, kind: np.ndarray | None = None, host: tuple[np.ndarray,
     # a replay's kernels all come from its one launch; the pieces of a piecewise pass and the
     # attention between them are one pass whichever thread launched them
     replayed = trace.replayed()
-    in_graph = np.isin(segment, np.unique(segment[replayed]))
+    in_graph = np.isin(segment, unique(segment[replayed]))
     tid = np.where(in_graph, -1, tid)
     step = step if step is not None else kernel_steps(trace, host)
-    if len(np.unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
+    if len(unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
         step = np.zeros(len(k), np.int64)
     group = _combine(_dense(k.device), _dense(segment), _dense(step))
     tid = _fill_threads(tid, group, k.start)
@@ -115,7 +115,7 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     replays that runs attention, no norm, and fewer kernels than either replay joins them."""
     k = trace.kernels
     out = segment.copy()
-    for d in np.unique(k.device).tolist():
+    for d in unique(k.device).tolist():
         mine = np.nonzero(k.device == d)[0]
         ids, inverse = np.unique(segment[mine], return_inverse=True)
         inverse = inverse.reshape(-1)
