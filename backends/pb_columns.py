@@ -17,6 +17,7 @@ they were added), as the protobuf library writes them, so that a row's bytes equ
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -127,32 +128,47 @@ class Pieces:
         return bytes(take(self.data, self.offsets, self.index.ravel()))
 
 
-#: below this many bytes, pieces are put together by numpy rather than Arrow
-_SMALL = 1 << 20
+#: at most this many bytes are put together by numpy at a time (an index of 8 bytes per byte)
+_SMALL = 1 << 18
 
 
-def take(data: np.ndarray, offsets: np.ndarray, pieces: np.ndarray) -> memoryview:
-    """The pieces ``pieces`` (ids into ``offsets``) one after the other: Arrow's ``take`` on a
-    binary array, a copy per piece."""
+def take(data: np.ndarray, offsets: np.ndarray, pieces: np.ndarray, arrow: bool | None = None) -> memoryview:
+    """The pieces ``pieces`` (ids into ``offsets``) one after the other: by Arrow's ``take`` on a
+    binary array (a copy per piece) where ``arrow`` says so (None: where Arrow is loaded already,
+    as for an nsys export, or ``data`` is large); else by numpy, a byte at a time, a slice of
+    ``_SMALL`` bytes at a time (for a small trace, less than importing Arrow)."""
     if not len(pieces):
         return memoryview(b"")
     if len(offsets) == len(pieces) + 1 and np.array_equal(pieces, np.arange(len(pieces))):
         return memoryview(data[offsets[0]: offsets[-1]])  # already in order
-    if len(data) < _SMALL:  # a byte at a time in numpy: less than importing Arrow for a small trace
+    if arrow is None:
+        arrow = "pyarrow" in sys.modules or len(data) > 8 * _SMALL
+    if not arrow:
         length = offsets[pieces + 1] - offsets[pieces]
-        start = np.repeat(offsets[pieces] - np.cumsum(length) + length, length)
-        return memoryview(data[start + np.arange(len(start))])
+        ends = np.cumsum(length)
+        out = np.empty(int(ends[-1]), np.uint8)
+        cut = np.searchsorted(ends, np.arange(_SMALL, int(ends[-1]), _SMALL), side="right").tolist()
+        for a, b in zip([0, *cut], [*cut, len(pieces)]):
+            if a == b:
+                continue
+            lo = int(ends[a - 1]) if a else 0
+            part = length[a:b]
+            at = np.repeat(offsets[pieces[a:b]] - (ends[a:b] - part - lo), part)
+            at += np.arange(len(at))
+            out[lo: int(ends[b - 1])] = data[at]
+        return memoryview(out)
     import pyarrow as pa
 
     arr = pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    out = arr.take(pa.array(pieces, pa.int64()))
+    order = np.ascontiguousarray(pieces, np.int64)
+    out = arr.take(pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)]))  # (pa.array() would import pandas)
     bounds = np.frombuffer(out.buffers()[1], np.int64)
     return memoryview(out.buffers()[2])[bounds[out.offset]: bounds[out.offset + len(out)]]
 
 
-def join(parts: Sequence[Pieces], group: np.ndarray, row: np.ndarray) -> memoryview:
+def join(parts: Sequence[Pieces], group: np.ndarray, row: np.ndarray, arrow: bool | None = None) -> memoryview:
     """Rows of several ``Pieces`` interleaved: output row ``i`` is row ``row[i]`` of
-    ``parts[group[i]]``."""
+    ``parts[group[i]]`` (``arrow``: as ``take``)."""
     per = np.array([p.index.shape[1] for p in parts], np.int64)
     count = per[group]
     start = np.zeros(len(group), np.int64)
@@ -168,7 +184,7 @@ def join(parts: Sequence[Pieces], group: np.ndarray, row: np.ndarray) -> memoryv
         first += len(p.offsets) - 1
         base += int(p.offsets[-1])
     offsets.append(np.array([base], np.int64))
-    return take(np.concatenate(data) if data else np.empty(0, np.uint8), np.concatenate(offsets), flat)
+    return take(np.concatenate(data) if data else np.empty(0, np.uint8), np.concatenate(offsets), flat, arrow)
 
 
 class Rows:

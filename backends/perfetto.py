@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -64,7 +65,9 @@ SEQUENCE_ID = 0x6C63
 #: Slice events per Chrome JSON batch ...
 BATCH = 8192
 #: ... and per encoded ``Trace`` batch (a column operation's cost is spread over this many packets).
-PB_BATCH = 1 << 16
+PB_BATCH = 1 << 15
+#: Slices from which packets are put together by Arrow (its import, about 0.1 s, repaid)
+_ARROW_ROWS = 1 << 18
 #: Events sorted at a time (a time window's worth): bounds the event index's memory.
 WINDOW = 1 << 19
 #: First track uuid (uuids are global in a trace: a prefix keeps ours apart from others' when merged).
@@ -831,6 +834,9 @@ class _ProtoWriter:
         # is encoded; one waits at most, so memory stays a batch or two (a second encoding thread
         # gained nothing: the encoding holds the GIL between its numpy calls)
         slices = 0
+        # batches are put together by Arrow where it is loaded (an nsys export) or the trace is
+        # large enough to repay its import; else by numpy
+        self.arrow = "pyarrow" in sys.modules or sum(len(r) for r in lay.rows.values()) > _ARROW_ROWS
         with ThreadPoolExecutor(1, thread_name_prefix="layerc-write") as out:
             written = None
             for ts, codes in lay.events():
@@ -898,7 +904,7 @@ class _ProtoWriter:
 
         def write() -> None:
             self.f.write(head)
-            self.f.write(join(parts, group, row))
+            self.f.write(join(parts, group, row, self.arrow))
         return write
 
     def _intern(self, names: list[np.ndarray], values: list[np.ndarray]):

@@ -80,7 +80,7 @@ EMITTERS: tuple[Emitter, ...] = (
     Emitter("trace", "text", "layerc.backends.trace_ir:print_trace", "one line per kernel"),
     Emitter("trace", "json", "layerc.backends.trace_report:json_text", "trace --json's document", ("type-layers",)),
     Emitter("trace", "csv", "layerc.backends.trace_report:csv_module_text", "one row per layer (trace --csv)", ("type-layers",)),
-    Emitter("trace", "table", "layerc.backends.trace_report:table_text", "trace's terminal tables", ("type-layers",)),
+    Emitter("trace", "table", "layerc.backends.trace_report:table_text", "trace's tables, as plain text", ("type-layers",)),
     Emitter("trace", "pftrace", "layerc.backends.trace_report:write_module_perfetto",
             "Perfetto timeline with passes and layers as spans", ("type-layers",), "stream"),
     Emitter("trace", "chrome-json", "layerc.backends.trace_report:write_module_chrome_json",

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -216,15 +217,15 @@ def csv_module_text(module, stage: str = "all") -> str:
 
 
 def table_text(module, stage: str = "all", num_layers: int | None = None) -> str:
-    """``layerc trace``'s terminal tables as plain text (no colour, 120 columns)."""
+    """``layerc trace``'s tables as it prints them on a file or a pipe (plain text)."""
     import io
 
-    from rich.console import Console
+    from layerc.backends.plain_table import Console
 
     out = io.StringIO()
     options = argparse.Namespace(trace=module.trace.source, num_layers=num_layers, show_layer_terminal=False,
                                  verbose=False, top_n=0, debug_layers=())
-    show(Analysis.of(module, stage), options, Console(file=out, width=120, color_system=None, highlight=False, soft_wrap=True))
+    show(Analysis.of(module, stage), options, Console(out))
     return out.getvalue()
 
 
@@ -276,14 +277,32 @@ def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
     return {**stats, "spans": sum(len(x.name) if isinstance(x, SpanTable) else 1 for x in spans)}
 
 
-def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
-    """The terminal report (rich tables), on ``con`` (default: a console on stdout)."""
-    from layerc.passes.kernel_tables import TYPES
-    from layerc.passes.layer_facts import stage_name, stage_names
-    from rich.console import Console
+def _console(con=None) -> tuple[Any, Any]:
+    """``con`` (default: one on stdout: rich's on a terminal, plain text on a file or a pipe, which
+    spares a small trace rich's import) and the Table class that goes with it."""
+    from layerc.backends import plain_table
+
+    if con is None:
+        con = _rich_console() if sys.stdout.isatty() else plain_table.Console()
+    if isinstance(con, plain_table.Console):
+        return con, plain_table.Table
     from rich.table import Table
 
-    con = con or Console(highlight=False, soft_wrap=True)
+    return con, Table
+
+
+def _rich_console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def show(a: Analysis, args: argparse.Namespace, con=None) -> None:
+    """The report, on ``con`` (default: rich tables on a terminal, plain text elsewhere)."""
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.layer_facts import stage_name, stage_names
+
+    con, Table = _console(con)
     k, t = a.trace.kernels, a.table
     dur = (k.end - k.start).astype(np.int64)
     keep = a.keep
@@ -399,7 +418,8 @@ def _pass_rows(a: Analysis, expected: int | None) -> tuple[list[tuple[str, ...]]
 
 def _top(con, a: Analysis, mask: np.ndarray, dur: np.ndarray, total: int, n: int, title: str) -> None:
     from layerc.passes.kernel_tables import TYPES
-    from rich.table import Table
+
+    con, Table = _console(con)
 
     idx = np.nonzero(mask)[0]
     short = a.cls.short[idx]
@@ -421,7 +441,8 @@ def _debug_layers(con, a: Analysis, spec: tuple[int, ...], args: argparse.Namesp
     from layerc.passes.kernel_tables import TYPES
     from layerc.passes.layer_facts import stage_name
     from layerc.passes.stage_shapes import stage_votes
-    from rich.table import Table
+
+    con, Table = _console(con)
 
     wanted = list(spec)
     k, t, lay = a.trace.kernels, a.table, a.layers

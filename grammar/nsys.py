@@ -40,6 +40,7 @@ from layerc.ir.trace import (
     Strings,
     Trace,
     distinct,
+    isin,
     unique_inverse,
 )
 
@@ -447,7 +448,7 @@ class _Reader:
         if (trace.kernels.graph_node_id >= 0).any():
             return "node"
         launches = trace.launches.correlation[trace.graph_launch_mask()]
-        if len(launches) and not np.isin(launches, trace.kernels.correlation).any():
+        if len(launches) and not isin(launches, trace.kernels.correlation).any():
             return "graph"  # graphs were launched, yet no kernel row belongs to a launch
         if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in self.tables and self.db.execute(
             "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE"

@@ -278,12 +278,12 @@ class Trace:
     def graph_launch_mask(self) -> np.ndarray:
         """Launches that replay a CUDA/HIP graph."""
         ids = self.strings.matching(_GRAPH_LAUNCH)
-        return np.isin(self.launches.name, ids)
+        return isin(self.launches.name, ids)
 
     def replayed(self) -> np.ndarray:
         """Per kernel: whether a graph launch ran it (a CUDA/HIP graph replay)."""
         graph = self.launches.correlation[self.graph_launch_mask()]
-        return np.isin(self.kernels.correlation, graph[graph >= 0])
+        return isin(self.kernels.correlation, graph[graph >= 0])
 
     def replays(self) -> dict[int, np.ndarray]:
         """Graph replays: launch correlation → indices of the kernels it ran, in start order."""
@@ -363,6 +363,29 @@ def unique(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(v[1:], v[:-1], out=keep[1:])
     return v[keep]
+
+
+def isin(values: np.ndarray, among) -> np.ndarray:
+    """``np.isin(values, among)`` for integer columns, without its import of numpy.ma (its sort
+    path takes the distinct values of ``among`` through np.unique): a search in them instead."""
+    keys = unique(np.asarray(among).ravel())
+    v = np.asarray(values)
+    if not len(keys):
+        return np.zeros(v.shape, bool)
+    at = np.minimum(np.searchsorted(keys, v), len(keys) - 1)
+    return keys[at] == v
+
+
+def median(values: np.ndarray) -> float:
+    """``np.median`` of a numeric column without NaNs (NaN when empty), without its import of
+    numpy.ma (np.median checks for NaNs through it)."""
+    v = np.asarray(values).ravel()
+    n = len(v)
+    if not n:
+        return float("nan")
+    k = n // 2
+    part = np.partition(v, k if n % 2 else [k - 1, k])
+    return float(part[k]) if n % 2 else (float(part[k - 1]) + float(part[k])) / 2
 
 
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, unique
+from layerc.ir.trace import ANNOTATION_GPU, Trace, isin, median, unique
 
 _MODULE = re.compile(r"^nn\.Module: (\w+?)_(\d+)$")
 #: a module path with a numbered entry: the class is the path before the first number
@@ -149,7 +149,7 @@ def _is_heavy(held: np.ndarray, heavy: np.ndarray) -> bool:
         return False
     _, per_span = np.unique(held[inside], return_inverse=True)
     counts = np.bincount(per_span.reshape(-1), weights=heavy[inside].astype(float))
-    return float(np.median(counts)) >= HEAVY_PER_LAYER
+    return float(median(counts)) >= HEAVY_PER_LAYER
 
 
 def _outermost(table: _Table, candidates: list[int], held: dict[int, np.ndarray]) -> list[int]:
@@ -180,7 +180,7 @@ def _numbered(table: _Table, layers: list[int], held: dict[int, np.ndarray], whe
     k = trace.kernels
     parent = _parents(table, layers)
     keys: dict[tuple[int, int], list[int]] = {}  # (class, parent class-and-instance) -> rows
-    for r in np.nonzero(np.isin(table.cls, layers))[0].tolist():
+    for r in np.nonzero(isin(table.cls, layers))[0].tolist():
         keys.setdefault((int(table.cls[r]), parent[r]), []).append(r)
     ordered = sorted(keys, key=lambda key: min(int(table.start[r]) for r in keys[key]))
     layer, span, stack_of = np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64)
@@ -206,7 +206,7 @@ def _parents(table: _Table, layers: list[int]) -> np.ndarray:
     """Per span row of a layer class: the innermost enclosing span of another class, as
     ``class << 32 | instance`` (-1 for none)."""
     out = np.full(len(table.cls), -1, np.int64)
-    is_layer = np.isin(table.cls, layers)
+    is_layer = isin(table.cls, layers)
     for t in unique(table.tid).tolist():
         rows = np.nonzero(table.tid == t)[0]
         rows = rows[np.lexsort((-table.end[rows], table.start[rows]))]

@@ -36,7 +36,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace, unique, unique_inverse
+from layerc.ir.trace import Kernels, Trace, isin, median, unique, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -88,7 +88,7 @@ def from_spans(trace: Trace, cls: Classification | None = None) -> np.ndarray | 
 def heavy_kernels(trace: Trace, cls: Classification | None = None) -> np.ndarray:
     """Per kernel: a GEMM, attention or MoE kernel (what a layer is made of)."""
     cls = cls if cls is not None else kernel_table().classify(trace)
-    return np.isin(cls.type, [ATTENTION, MOE, LINEAR])
+    return isin(cls.type, [ATTENTION, MOE, LINEAR])
 
 
 def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
@@ -174,7 +174,7 @@ def _whole_layer(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) 
     for t in unique(tokens[kind == ATTENTION]).tolist():
         where = np.nonzero(tokens == t)[0]
         if len(where) >= 3:
-            gaps.add(int(np.median(np.diff(where))))
+            gaps.add(int(median(np.diff(where))))
     for gap in sorted(g for g in gaps if g > best and g % best == 0 and g <= 4 * best):
         if _repeats_whole(tokens, gap):
             return gap, float(np.mean(tokens[gap:] == tokens[:-gap]))
@@ -201,7 +201,7 @@ def _few_layers(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) -
         # the copies leave room in the pass's unit for what a pass runs besides its layers
         if 2 <= copies and best / 2 <= copies * q < best and copies > cover and len(names) >= 3 and (counts == 1).any():
             window = tokens[at : at + best]
-            layer_like = bool(np.isin(kind[at : at + q], [ATTENTION, MOE]).any())
+            layer_like = bool(isin(kind[at : at + q], [ATTENTION, MOE]).any())
             if layer_like and all(int((window == x).sum()) >= 2 for x in names[counts == 1].tolist()):
                 found, cover = q, copies
     return (found, float(np.mean(tokens[found:] == tokens[:-found]))) if found != best else (best, score)
@@ -475,7 +475,7 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     gaps = np.diff(starts)
     # a layer's usual length: the median of the shorter half of the gaps (a shallow model's passes
     # put a gap between passes after every other layer)
-    typical = int(np.median(gaps[gaps <= np.median(gaps)])) if len(gaps) else period
+    typical = int(median(gaps[gaps <= median(gaps)])) if len(gaps) else period
     natural = _natural_ends(p, starts)
     # A long gap ends a run (one forward pass, then the next) unless the layer's own norms say
     # it reaches the next start (a MoE layer after dense ones is longer, not a break).
@@ -509,7 +509,7 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
     if not len(idle):
         return np.zeros(0, np.int64)
     # the waits between forward passes are alike and the longest; a stall inside one is shorter
-    limit = max(IDLE * float(np.median(np.maximum(idle, 0))), IDLE_NS, of_longest * float(idle.max()))
+    limit = max(IDLE * float(median(np.maximum(idle, 0))), IDLE_NS, of_longest * float(idle.max()))
     return np.nonzero(idle >= limit)[0] + 1
 
 
@@ -525,7 +525,7 @@ def _more_after_copy(p: _Pass, starts: np.ndarray, period: int, copies: np.ndarr
     so its length alone would not tell. Eager passes only (a replay is one forward pass)."""
     if len(starts) < 2 or not len(copies):
         return np.zeros(max(len(starts) - 1, 0), bool)
-    whole = np.isin(starts[:-1], copies)
+    whole = isin(starts[:-1], copies)
     heavy = np.r_[0, np.cumsum((p.kind == ATTENTION) | (p.kind == MOE))]  # no attention or experts between two passes
     quiet = heavy[starts[1:]] == heavy[np.minimum(starts[:-1] + period, len(p.kind))]
     return cast(np.ndarray, whole & quiet & (np.diff(starts) - period > AFTER_COPY))
@@ -947,7 +947,7 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
     layer_stack = (pairs // width) % stacks_n
     runs = counts > 0
     usual = [int(np.bincount(counts[runs[:, s], s]).argmax()) for s in range(stacks_n)]
-    usual_gemms = [float(np.median(gemms[layer_stack == s])) for s in range(stacks_n)]
+    usual_gemms = [float(median(gemms[layer_stack == s])) for s in range(stacks_n)]
     merged = np.arange(stacks_n)
     for b in range(1, stacks_n):
         for a in range(b):

@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, isin, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -44,7 +44,7 @@ def passes(trace: Trace, kind: np.ndarray | None = None, host: tuple[np.ndarray,
     # a replay's kernels all come from its one launch; the pieces of a piecewise pass and the
     # attention between them are one pass whichever thread launched them
     replayed = trace.replayed()
-    in_graph = np.isin(segment, unique(segment[replayed]))
+    in_graph = isin(segment, unique(segment[replayed]))
     tid = np.where(in_graph, -1, tid)
     step = step if step is not None else kernel_steps(trace, host)
     if len(unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
@@ -144,7 +144,7 @@ def kernel_steps(trace: Trace, host: tuple[np.ndarray, np.ndarray] | None = None
     if not len(a):
         return out
     ids = trace.strings.matching(_STEP)
-    rows = np.nonzero(np.isin(a.name, ids) & (a.kind != ANNOTATION_GPU))[0]
+    rows = np.nonzero(isin(a.name, ids) & (a.kind != ANNOTATION_GPU))[0]
     if not len(rows):
         return out
     rows = rows[np.argsort(a.start[rows], kind="stable")]

@@ -134,8 +134,8 @@ def test_pieces_are_put_together_alike_by_numpy_and_by_arrow(blobs, data):
     want = b"".join(blobs[i] for i in order)
     small = pbc._SMALL
     try:
-        for pbc._SMALL in (1 << 30, 0):
-            assert bytes(pbc.take(buffer, offsets, order)) == want
+        for pbc._SMALL, arrow in ((1 << 20, False), (7, False), (1, False), (1 << 20, True)):  # (numpy a few bytes at a time too)
+            assert bytes(pbc.take(buffer, offsets, order, arrow)) == want
     finally:
         pbc._SMALL = small
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, strategies as st
 
-from layerc.ir.trace import distinct, unique_inverse
+from layerc.ir.trace import distinct, isin, median, unique, unique_inverse
 
 COLUMNS = st.one_of(st.lists(st.integers(-5, 60)),  # ids: a dense range, the table path
                     st.lists(st.integers(-(1 << 62), 1 << 62)))  # sparse keys: the search path
@@ -25,3 +25,20 @@ def test_unique_inverse_is_np_unique(values):
 def test_distinct_is_the_sorted_non_negative_values(values):
     v = np.array(values, np.int64)
     assert distinct(v).tolist() == sorted({x for x in values if x >= 0})
+
+
+@given(st.lists(st.integers(-(1 << 62), 1 << 62), max_size=200), st.lists(st.integers(-5, 5), max_size=30),
+       st.sampled_from([np.int64, np.int32, np.int8]))
+def test_the_numpy_ma_free_helpers_are_numpy(values, small, dtype):
+    """``unique``, ``isin`` and ``median`` (which spare a small run numpy.ma's import) give what
+    np.unique, np.isin and np.median give, on wide and narrow integer columns, empty ones too."""
+    wide = np.array(values, np.int64)
+    narrow = np.array(small, dtype)
+    for v in (wide, narrow, np.concatenate([narrow.astype(np.int64), wide])):
+        assert np.array_equal(unique(v), np.unique(v)) and unique(v).dtype == v.dtype
+        assert np.array_equal(isin(v, narrow), np.isin(v, narrow))
+        assert np.array_equal(isin(narrow, v), np.isin(narrow, v))
+        if len(v):
+            assert median(v) == float(np.median(v))
+    big = np.arange(1 << 17) % 977  # past the length where unique leaves the work to np.unique
+    assert np.array_equal(unique(big), np.arange(977)) and np.isnan(median(np.zeros(0)))

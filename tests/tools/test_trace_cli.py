@@ -59,16 +59,17 @@ def layerc(*args) -> subprocess.CompletedProcess:
 
 
 def table(out: str, title: str) -> list[list[str]]:
-    """Body rows of the rich table titled ``title`` (cells stripped)."""
+    """Body rows of the table titled ``title`` in a report written to a pipe (plain text: a
+    header line, then a row per line up to a blank one, cells two spaces or more apart)."""
     lines = out.splitlines()
     at = [n for n, line in enumerate(lines) if line.rstrip() == title]
     assert at, f"no table {title!r} in:\n{out}"
     rows = []
-    for line in lines[at[0] + 1:]:
-        if line.startswith("└"):
+    for line in lines[at[0] + 2:]:
+        if not line.strip():
             break
-        if line.startswith("│"):
-            rows.append([c.strip() for c in line.strip().strip("│").split("│")])
+        if not line.startswith("…"):
+            rows.append(re.split(r"\s{2,}", line.strip()))
     return rows
 
 
