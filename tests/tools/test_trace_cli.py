@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from layerc.backends.synth.kineto import generate
+from tests.conftest import SHARED
 from tests.layerc_cli import run_layerc
 
 TORCH = "data/traces/torch"
@@ -543,3 +544,43 @@ def test_missing_kernel_tables_directory_is_an_error(torch_dir, tmp_path):
 def test_counts_below_one_are_usage_errors(flags, torch_dir, tmp_path):
     rc, out, err = cli(torch_dir / DECODE, *flags)
     assert rc == 2 and "usage:" in err
+
+
+def test_the_report_is_rich_on_a_terminal_and_plain_on_a_pipe():
+    """On a terminal the tables are rich's (boxes); on a pipe the same cells as plain text, with
+    no rich import (a tenth of a small trace's run)."""
+    import os
+    import pty
+    import threading
+
+    trace = SHARED / "data" / "traces" / "torch" / "hf_bert-small_h100.json.gz"
+    master, slave = pty.openpty()
+    got: list[bytes] = []
+
+    def drain() -> None:  # (a pty's buffer is small: read while it writes)
+        while True:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            got.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        rc = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "trace", str(trace)], stdout=slave,
+                            stderr=subprocess.PIPE, text=True, timeout=120, env={**os.environ, "COLUMNS": "140"})
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    shown = b"".join(got).decode()
+    piped = layerc("trace", trace)
+    assert rc.returncode == 0 == piped.returncode, rc.stderr
+    assert "┏" in shown and "layers per pass" in shown
+    assert "┏" not in piped.stdout and "│" not in piped.stdout
+    assert table(piped.stdout, "layers per pass") == [["0", "prefill", "eager", "60", "4"]]
+    words = lambda s: re.sub(r"[\u2500-\u257f]", " ", re.sub(r"\x1b\[[0-9;]*m", "", s)).split()  # noqa: E731
+    assert words(shown) == words(piped.stdout)
