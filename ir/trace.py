@@ -367,9 +367,12 @@ def unique(values: np.ndarray) -> np.ndarray:
 
 def isin(values: np.ndarray, among) -> np.ndarray:
     """``np.isin(values, among)`` for integer columns, without its import of numpy.ma (its sort
-    path takes the distinct values of ``among`` through np.unique): a search in them instead."""
-    keys = unique(np.asarray(among).ravel())
+    path takes the distinct values of ``among`` through np.unique): for short columns, a search
+    in those values instead (long ones are numpy's)."""
     v = np.asarray(values)
+    if v.size > 1 << 16 or np.size(among) > 1 << 16:
+        return np.isin(v, among)
+    keys = unique(np.asarray(among).ravel())
     if not len(keys):
         return np.zeros(v.shape, bool)
     at = np.minimum(np.searchsorted(keys, v), len(keys) - 1)

@@ -42,3 +42,4 @@ def test_the_numpy_ma_free_helpers_are_numpy(values, small, dtype):
             assert median(v) == float(np.median(v))
     big = np.arange(1 << 17) % 977  # past the length where unique leaves the work to np.unique
     assert np.array_equal(unique(big), np.arange(977)) and np.isnan(median(np.zeros(0)))
+    assert np.array_equal(isin(big, [3, 976, 2000]), np.isin(big, [3, 976, 2000])) and median(big) == np.median(big)
