@@ -316,16 +316,19 @@ class Rows:
                 runs[-1].append(part)
         width = sum(b.width for run in runs for b in run)
         matrix = np.empty((width, n), np.uint8)  # a field's byte k of every row is a row here: contiguous writes
-        keep = np.empty((width, n), bool)
+        # where every row has every byte of every block (an END's fields, often), no mask is needed
+        whole = n > 0 and all(int(b.size.min()) == b.width for run in runs for b in run)
+        keep = None if whole else np.empty((width, n), bool)
         lengths = np.zeros((len(runs), n), np.int64)
         at = 0
         for s, run in enumerate(runs):
             for b in run:
                 b.fill(matrix[at: at + b.width])
-                np.less(_COLUMNS[: b.width, None], b.size, out=keep[at: at + b.width])
+                if keep is not None:
+                    np.less(_COLUMNS[: b.width, None], b.size, out=keep[at: at + b.width])
                 lengths[s] += b.size
                 at += b.width
-        data = [matrix.T[keep.T]]
+        data = [np.ascontiguousarray(matrix.T).reshape(-1) if keep is None else matrix.T[keep.T]]
         piece_lengths = [lengths.T.ravel()]
         for r in ragged:
             data.append(r.data)

@@ -80,8 +80,11 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     n = len(tid)
     if not n or (tid >= 0).all():
         return tid
-    # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start)
-    order = np.argsort(group, kind="stable") if not (np.diff(start) < 0).any() else np.lexsort((start, group))
+    # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start);
+    # groups below 2**16 as uint16 are sorted by radix
+    narrow = len(group) and int(group.min()) >= 0 and int(group.max()) < 1 << 16
+    order = (np.argsort(group.astype(np.uint16) if narrow else group, kind="stable") if not (np.diff(start) < 0).any()
+             else np.lexsort((start, group)))
     t, g = tid[order], group[order]
     known, unknown = np.flatnonzero(t >= 0), np.flatnonzero(t < 0)
     if not len(known):
@@ -117,13 +120,17 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     out = segment.copy()
     for d in unique(k.device).tolist():
         mine = np.nonzero(k.device == d)[0]
-        ids, inverse = np.unique(segment[mine], return_inverse=True)
+        ids, at, inverse = np.unique(segment[mine], return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
         size = np.bincount(inverse, minlength=len(ids))
         attention = np.bincount(inverse, weights=kind[mine] == ATTENTION, minlength=len(ids)) > 0
         norm = np.bincount(inverse, weights=kind[mine] == NORM, minlength=len(ids)) > 0
-        first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(first, inverse, k.start[mine])
+        starts = k.start[mine]
+        if (np.diff(starts) >= 0).all():  # the IR's start order: a segment's first kernel starts first
+            first = starts[at]
+        else:
+            first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(first, inverse, starts)
         seq = np.argsort(first, kind="stable").tolist()  # segment positions in time order
         label = ids.copy()
         for j in range(1, len(seq) - 1):
