@@ -140,7 +140,7 @@ def take(data: np.ndarray, offsets: np.ndarray, pieces: np.ndarray, arrow: bool 
     if not len(pieces):
         return memoryview(b"")
     if len(offsets) == len(pieces) + 1 and np.array_equal(pieces, np.arange(len(pieces))):
-        return memoryview(data[offsets[0]: offsets[-1]])  # already in order
+        return memoryview(data[offsets[0]: offsets[-1]].data)  # already in order
     if arrow is None:
         arrow = "pyarrow" in sys.modules or len(data) > 8 * _SMALL
     if not arrow:
@@ -156,7 +156,7 @@ def take(data: np.ndarray, offsets: np.ndarray, pieces: np.ndarray, arrow: bool 
             at = np.repeat(offsets[pieces[a:b]] - (ends[a:b] - part - lo), part)
             at += np.arange(len(at))
             out[lo: int(ends[b - 1])] = data[at]
-        return memoryview(out)
+        return memoryview(out.data)
     import pyarrow as pa
 
     arr = pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

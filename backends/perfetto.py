@@ -246,8 +246,8 @@ class _SpanBuilder:
             for c, idx in chunks:
                 parts[c] = idx
             args.append((pairs, cat(parts)))
-        c = {k: cat(v) for k, v in self.cols.items()}
-        return _SpanColumns(c["start"], c["end"], list(self.texts), c["name"], list(self.kinds), c["kind"], c["device"], args)
+        col = {k: cat(v) for k, v in self.cols.items()}
+        return _SpanColumns(col["start"], col["end"], list(self.texts), col["name"], list(self.kinds), col["kind"], col["device"], args)
 
 
 def _checked_table(t: SpanTable, i: int) -> SpanTable:
@@ -263,7 +263,8 @@ def _checked_table(t: SpanTable, i: int) -> SpanTable:
         if idx.shape != (n,) or not np.issubdtype(idx.dtype, np.integer) or (n and int(idx.max()) >= len(vals)):
             raise LayercError(f"span table {i} ({t.track!r}): argument {key!r} needs an index per span into its {len(vals)} values")
     cols[3] = np.where(cols[3] < 0, -1, cols[3])
-    return SpanTable(str(t.track), [str(x) for x in t.names], *cols, args=dict(t.args))
+    name, start, end, device = cols
+    return SpanTable(str(t.track), [str(x) for x in t.names], name, start, end, device, dict(t.args))
 
 
 # -- names ---------------------------------------------------------------------------------------

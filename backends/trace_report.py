@@ -247,7 +247,7 @@ def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
     from layerc.passes.replays import graph_replays
 
     k, t, lay = a.trace.kernels, a.table, a.layers
-    spans = []
+    spans: list[Span | SpanTable] = []
     for graph, runs in graph_replays(a.trace).items():
         for n, idx in enumerate(runs):
             spans.append(Span(f"graph {graph} replay {n}", int(k.start[idx].min()), int(k.end[idx].max()), "graph replays",

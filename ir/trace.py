@@ -365,7 +365,7 @@ def unique(values: np.ndarray) -> np.ndarray:
     return v[keep]
 
 
-def isin(values: np.ndarray, among) -> np.ndarray:
+def isin(values: np.ndarray, among: Any) -> np.ndarray:
     """``np.isin(values, among)`` for integer columns, without its import of numpy.ma (its sort
     path takes the distinct values of ``among`` through np.unique): for short columns, a search
     in those values instead (long ones are numpy's)."""
@@ -376,7 +376,7 @@ def isin(values: np.ndarray, among) -> np.ndarray:
     if not len(keys):
         return np.zeros(v.shape, bool)
     at = np.minimum(np.searchsorted(keys, v), len(keys) - 1)
-    return keys[at] == v
+    return cast(np.ndarray, keys[at] == v)
 
 
 def median(values: np.ndarray) -> float:
