@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings, strategies as st
 
 pytest.importorskip("perfetto")
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PbTrace  # noqa: E402
@@ -669,3 +670,16 @@ def test_a_span_table_that_does_not_add_up_is_refused(tmp_path):
         with pytest.raises(LayercError):
             write_pftrace(t, tmp_path / "bad.pftrace", spans=[table])
     assert not (tmp_path / "bad.pftrace").exists()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20), st.integers(0, 5)), max_size=60))
+def test_rows_are_ordered_as_the_lexsort_orders_them(rows):
+    """The layout's order of rows (group, start, longer first, then row order) is np.lexsort's,
+    by its fast path (rows in start order, few groups) or not."""
+    g = np.array([r[0] for r in rows], np.int64)
+    s = np.array([r[1] for r in rows], np.int64)
+    e = s + np.array([r[2] for r in rows], np.int64)
+    for order in (np.arange(len(rows)), np.argsort(s, kind="stable")):
+        gg, ss, ee = g[order], s[order], e[order]
+        assert np.array_equal(pf._by_group_start(gg, ss, ee), np.lexsort((-ee, ss, gg)))
