@@ -80,6 +80,13 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     n = len(tid)
     if not n or (tid >= 0).all():
         return tid
+    known = tid >= 0
+    lone = ~isin(group, unique(group[known]))  # rows of groups with no known thread (graph replays): nothing to fill
+    if lone.any():
+        out = tid.copy()
+        some = np.flatnonzero(~lone)
+        out[some] = _fill_threads(tid[some], group[some], start[some])
+        return out
     # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start);
     # groups below 2**16 as uint16 are sorted by radix
     narrow = len(group) and int(group.min()) >= 0 and int(group.max()) < 1 << 16
@@ -120,8 +127,9 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     out = segment.copy()
     for d in unique(k.device).tolist():
         mine = np.nonzero(k.device == d)[0]
-        ids, at, inverse = np.unique(segment[mine], return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        ids, inverse = unique_inverse(segment[mine])  # (dense ids: a table, not a sort of every kernel)
+        at = np.empty(len(ids), np.int64)
+        at[inverse[::-1]] = np.arange(len(inverse) - 1, -1, -1)  # each segment's first kernel (the last write wins)
         size = np.bincount(inverse, minlength=len(ids))
         attention = np.bincount(inverse, weights=kind[mine] == ATTENTION, minlength=len(ids)) > 0
         norm = np.bincount(inverse, weights=kind[mine] == NORM, minlength=len(ids)) > 0
