@@ -80,8 +80,7 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     n = len(tid)
     if not n or (tid >= 0).all():
         return tid
-    known = tid >= 0
-    lone = ~isin(group, unique(group[known]))  # rows of groups with no known thread (graph replays): nothing to fill
+    lone = ~isin(group, unique(group[tid >= 0]))  # rows of groups with no known thread (graph replays): nothing to fill
     if lone.any():
         out = tid.copy()
         some = np.flatnonzero(~lone)
