@@ -83,24 +83,15 @@ def varint_rows(values: np.ndarray, size: np.ndarray | None = None, width: int |
     return out
 
 
-def put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
-    """Write each value's varint at its offset of ``out`` (uint8)."""
-    size = varint_size(values)
-    if not len(size):
-        return
-    bytes_ = varint_rows(values, size)
-    keep = np.arange(len(bytes_))[:, None] < size
-    out[(np.asarray(at, np.int64) + np.arange(len(bytes_))[:, None])[keep]] = bytes_[keep]
-
-
 # -- what a message's rows are made of ---------------------------------------------------------------
 @dataclass
 class _Block:
-    """A field as ``width`` columns of the row matrix: ``size`` bytes of each row (0: absent)."""
+    """A field as ``width`` rows of the byte matrix (a row per byte, a column per message):
+    ``size`` bytes of each message (0: absent)."""
 
     size: np.ndarray
     width: int
-    fill: Any  #: fill(view of the matrix's (n, width) columns)
+    fill: Any  #: fill(view of the matrix's (width, n) rows)
 
 
 @dataclass
@@ -119,10 +110,6 @@ class Pieces:
     data: np.ndarray
     offsets: np.ndarray
     index: np.ndarray
-
-    @property
-    def n(self) -> int:
-        return len(self.index)
 
     def tobytes(self) -> bytes:
         return bytes(take(self.data, self.offsets, self.index.ravel()))
@@ -282,24 +269,17 @@ class Rows:
                 total += size
                 continue
             mine = _both(present, field[-1])
-            if kind == "constant":
-                parts.append(_constant(field[1], mine, self.n))
-            elif kind == "varint":
-                parts.append(_varint(field[1], field[2], mine))
-            elif kind == "fixed64":
-                parts.append(_fixed64(field[1], field[2], mine))
-            else:  # message: its length, then its fields
+            if kind == "message":  # its length, then its fields
                 inner, inner_size = field[2]._parts(mine)
                 head = _varint(field[1], inner_size, mine)
-                parts.append(head)
-                parts.extend(inner)
-                total += inner_size
-            total += parts[-1].size if kind != "message" else head.size
+                parts += [head, *inner]
+                total += head.size + inner_size
+                continue
+            block = (_constant(field[1], mine, self.n) if kind == "constant" else
+                     _varint(field[1], field[2], mine) if kind == "varint" else _fixed64(field[1], field[2], mine))
+            parts.append(block)
+            total += block.size
         return parts, total
-
-    def sizes(self) -> np.ndarray:
-        """Each row's encoded size in bytes."""
-        return self._parts(None)[1]
 
     def pieces(self) -> Pieces:
         """The rows' bytes as pieces: a run of blocks is one piece per row, cut out of the row

@@ -58,7 +58,7 @@ import numpy as np
 from layerc.ir.diagnostics import LayercError
 from layerc.backends.outputs import atomic_path, open_staged
 from layerc.backends.pb_columns import Rows, join
-from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, link, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, group_order, link, unique, unique_inverse
 
 #: The one packet sequence every packet is written on.
 SEQUENCE_ID = 0x6C63
@@ -164,9 +164,6 @@ class _SpanColumns:
     kind: np.ndarray
     device: np.ndarray
     args: list[tuple[list[tuple[str, Any]], np.ndarray]]
-
-    def __len__(self) -> int:
-        return len(self.start)
 
     def args_of(self, i: int) -> dict:
         return dict(pairs[index[i]] for pairs, index in self.args if index[i] >= 0)
@@ -436,11 +433,8 @@ class _Layout:
         kinds = self.spans.kinds
         dev_list = list(dev_track)
         dev_pos = {d: i for i, d in enumerate(dev_list)}
-        codes = np.array([-1 if d is None else d for d in dev_list], np.int64)  # (a span's device is never a kernel's -1)
-        order = np.argsort(codes, kind="stable")
-        span_dev = order[np.searchsorted(codes[order], sp_dev)] if len(sp_dev) else sp_dev
-        if None in dev_pos:
-            span_dev = np.where(sp_dev == -1, dev_pos[None], span_dev)
+        ids, inverse = unique_inverse(sp_dev)  # (a span's -1 is no device: None, never a kernel's -1)
+        span_dev = np.array([dev_pos[None if d == -1 else d] for d in ids.tolist()], np.int64)[inverse]
         sp.track, sp.rank = self._place(
             sp, span_dev * max(len(kinds), 1) + self.spans.kind,
             lambda g, lane: child(dev_track[dev_list[g // max(len(kinds), 1)]], kinds[g % max(len(kinds), 1)]))
@@ -655,15 +649,13 @@ class _Layout:
 def _by_group_start(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The order of rows by (group, start, longer first), ties in row order: ``np.lexsort``'s.
     Rows mostly come in start order (a trace's kernels, then its memcpys), and groups are few:
-    a stable sort by start (runs merged) then a radix sort by group give it unless two rows of
-    a group start together shorter first, where the lexsort is done after all."""
-    if len(group) and int(group.min()) >= 0 and int(group.max()) < 1 << 16:
-        order = np.argsort(start, kind="stable")
-        order = order[np.argsort(group[order].astype(np.uint16), kind="stable")]
-        g, s, e = group[order], start[order], end[order]
-        same = (g[1:] == g[:-1]) & (s[1:] == s[:-1])
-        if not (same & (e[1:] > e[:-1])).any():
-            return order
+    a stable sort by start (runs merged) then by group (``group_order``) give it unless two rows
+    of a group start together shorter first, where the lexsort is done after all."""
+    order = np.argsort(start, kind="stable")
+    order = order[group_order(group[order])]
+    g, s, e = group[order], start[order], end[order]
+    if not ((g[1:] == g[:-1]) & (s[1:] == s[:-1]) & (e[1:] > e[:-1])).any():
+        return order
     return np.lexsort((-end, start, group))
 
 
@@ -735,7 +727,7 @@ def _stack_lanes(starts: list[int], ends: list[int]) -> list[int]:
 
 def _unique_rows(*cols: np.ndarray) -> tuple[list[tuple], np.ndarray]:
     """Distinct rows of equal-length integer columns and each row's index among them (what
-    ``unique(axis=0)`` gives, without its slow sort of row bytes)."""
+    ``np.unique(axis=0)`` gives, without its slow sort of row bytes)."""
     n = len(cols[0])
     if n == 0:
         return [], np.empty(0, np.int64)
@@ -848,10 +840,10 @@ class _ProtoWriter:
 
         # a batch is put together and written (Arrow and the file release the GIL) while the next
         # is encoded; one waits at most, so memory stays a batch or two (a second encoding thread
-        # gained nothing: the encoding holds the GIL between its numpy calls)
+        # gained nothing: the encoding holds the GIL between its numpy calls). Batches are put
+        # together by Arrow where it is loaded (an nsys export) or the trace is large enough to
+        # repay its import; else by numpy.
         slices = 0
-        # batches are put together by Arrow where it is loaded (an nsys export) or the trace is
-        # large enough to repay its import; else by numpy
         self.arrow = "pyarrow" in sys.modules or sum(len(r) for r in lay.rows.values()) > _ARROW_ROWS
         with ThreadPoolExecutor(1, thread_name_prefix="layerc-write") as out:
             written = None

@@ -261,8 +261,9 @@ def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
     rows = np.nonzero(a.rows)[0]
     type_names, type_of = np.unique(np.array([t.type[r] for r in rows.tolist()], dtype=object).astype(str), return_inverse=True)
     index = t.index[rows].astype(np.int64)
-    named, name_of = np.unique(index * max(len(type_names), 1) + type_of, return_inverse=True)  # each (index, type) named once
-    names = [f"layer {x // max(len(type_names), 1)} {type_names[x % max(len(type_names), 1)]}" for x in named.tolist()]
+    width = max(len(type_names), 1)
+    named, name_of = np.unique(index * width + type_of, return_inverse=True)  # each (index, type) named once
+    names = [f"layer {x // width} {type_names[x % width]}" for x in named.tolist()]
     stages, stage_of = np.unique(t.stage[rows], return_inverse=True)
 
     def column(values: np.ndarray) -> tuple[list, np.ndarray]:

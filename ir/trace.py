@@ -379,6 +379,13 @@ def isin(values: np.ndarray, among: Any) -> np.ndarray:
     return cast(np.ndarray, keys[at] == v)
 
 
+def group_order(group: np.ndarray) -> np.ndarray:
+    """``np.argsort(group, kind="stable")``: ids below 2**16 (passes, streams, segments) as uint16,
+    which numpy sorts by radix, in one pass."""
+    narrow = len(group) and int(group.min()) >= 0 and int(group.max()) < 1 << 16
+    return np.argsort(group.astype(np.uint16) if narrow else group, kind="stable")
+
+
 def median(values: np.ndarray) -> float:
     """``np.median`` of a numeric column without NaNs (NaN when empty), without its import of
     numpy.ma (np.median checks for NaNs through it)."""

@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, isin, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, group_order, isin, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -77,31 +77,22 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     """Launching threads where the launch is unknown (its host side ran before the profile began)
     taken from the kernel before it in its group (else the one after): an unknown thread is
     no reason to split a pass."""
-    n = len(tid)
-    if not n or (tid >= 0).all():
+    if not len(tid) or (tid >= 0).all():
         return tid
-    lone = ~isin(group, unique(group[tid >= 0]))  # rows of groups with no known thread (graph replays): nothing to fill
-    if lone.any():
-        out = tid.copy()
-        some = np.flatnonzero(~lone)
-        out[some] = _fill_threads(tid[some], group[some], start[some])
-        return out
-    # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start);
-    # groups below 2**16 as uint16 are sorted by radix
-    narrow = len(group) and int(group.min()) >= 0 and int(group.max()) < 1 << 16
-    order = (np.argsort(group.astype(np.uint16) if narrow else group, kind="stable") if not (np.diff(start) < 0).any()
-             else np.lexsort((start, group)))
+    out = tid.copy()
+    # only a group with a known thread has one to give (a graph replay's kernels have none)
+    some = np.flatnonzero(isin(group, unique(group[tid >= 0])))
+    tid, group, start = tid[some], group[some], start[some]
+    # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start)
+    order = group_order(group) if not (np.diff(start) < 0).any() else np.lexsort((start, group))
     t, g = tid[order], group[order]
     known, unknown = np.flatnonzero(t >= 0), np.flatnonzero(t < 0)
-    if not len(known):
-        t[unknown] = -1
-    else:  # each unknown between the known ones around it: a search per unknown, not a scan of all
+    if len(known):  # each unknown between the known ones around it: a search per unknown, not a scan of all
         j = np.searchsorted(known, unknown)
         b, a = known[np.maximum(j - 1, 0)], known[np.minimum(j, len(known) - 1)]
         mine = g[unknown]
         t[unknown] = np.where((j > 0) & (g[b] == mine), t[b], np.where((j < len(known)) & (g[a] == mine), t[a], -1))
-    out = np.empty_like(tid)
-    out[order] = t
+    out[some[order]] = t
     return out
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from layerc.backends.pb_columns import Rows, put_varints, varint_size
+from layerc.backends.pb_columns import Rows, varint_rows, varint_size
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 UINT = st.one_of(st.integers(0, 300), st.integers(0, (1 << 63) - 1))
@@ -95,12 +95,12 @@ def test_rows_encode_as_the_protobuf_library_does(events):
 
 @given(st.lists(INT64, max_size=50))
 def test_varints_match_the_library(values):
+    """Each value's varint (byte k of every value a row of ``varint_rows``), its own bytes only."""
     v = np.array(values, np.int64)
     size = varint_size(v)
-    at = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
-    out = np.zeros(int(size.sum()), np.uint8)
-    put_varints(out, at, v)
-    assert out.tobytes() == b"".join(pb.DebugAnnotation(int_value=x).SerializeToString()[1:] for x in values)
+    rows = varint_rows(v, size)
+    got = rows.T[np.arange(len(rows)) < size[:, None]] if len(v) else np.zeros(0, np.uint8)
+    assert got.tobytes() == b"".join(pb.DebugAnnotation(int_value=x).SerializeToString()[1:] for x in values)
 
 
 def test_a_field_of_another_type_or_count_is_refused():
