@@ -374,11 +374,39 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
     a long idle gap between two layers ends one; where the stretch as a whole shows no period
     (a shallow model whose prefill and decode passes differ), each forward pass between the
     idle gaps is looked at alone (kept where two or more of them show layers, as many in each:
-    forward passes of one model; a repeat here and there is no stack of forward passes)."""
+    forward passes of one model; a repeat here and there is no stack of forward passes). A gap
+    that falls inside a layer those passes show, or on the first kernel of a stretch's first
+    layer, is the host stalling, not a pass ending: the passes are cut again without it; where
+    no stall is to blame and the stretches are not alike, they are cut at shorter waits too."""
     got = _one_stretch(p, eager)
-    breaks = _idle_breaks(p) if eager and not (got[0] >= 0).any() else np.zeros(0, np.int64)
-    if not len(breaks):
+    if not eager or (got[0] >= 0).any():
         return got
+    stalled, below = np.zeros(0, np.int64), None
+    for _ in range(CUT_ROUNDS):
+        breaks = _idle_breaks(p, stalled=stalled, below=below)
+        if not len(breaks):
+            return got
+        layer, run, period, score, alike = _each_forward_pass(p, breaks)
+        stall = _stalls(p, breaks, layer, run)
+        if stall.any():
+            stalled = np.union1d(stalled, breaks[stall])
+        elif alike:
+            return layer, run, period, score
+        else:  # no stall to blame, and no forward passes alike: the waits between them are shorter
+            below = int((p.start[breaks] - np.maximum.accumulate(p.end)[breaks - 1]).min())
+    return got
+
+
+#: how many times the forward passes of a stretch are cut again (after a host stall found inside
+#: a layer, or at shorter waits)
+CUT_ROUNDS = 8
+#: the most distinct layers whose copies are looked for, to tell a stall inside a layer
+STALL_UNITS = 8
+
+
+def _each_forward_pass(p: _Pass, breaks: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, float, bool]:
+    """``motif_layers`` of each stretch between two ``breaks`` alone; whether two or more show
+    layers, as many in each."""
     layer, run = np.full(len(p.token), -1, np.int64), np.zeros(len(p.token), np.int64)
     periods, base, counts = [], 0, set()
     for a, b in zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(p.token)].tolist()):
@@ -391,9 +419,33 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
             periods.append((period, score * (b - a)))
             counts.add(len(unique(part[part >= 0])))
     if len(periods) < 2 or len(counts) > 1:
-        return got
+        return layer, run, 0, 0.0, False
     period = Counter(q for q, _ in periods).most_common(1)[0][0]
-    return layer, run, period, sum(w for _, w in periods) / len(p.token)
+    return layer, run, period, sum(w for _, w in periods) / len(p.token), True
+
+
+def _stalls(p: _Pass, breaks: np.ndarray, layer: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """Per break: whether a stall cut a layer found (``layer``, ``run``) there (``_stalls_in``),
+    or fell on the first kernel of a layer with nothing before it in its stretch: a forward pass
+    begins with its inputs and embedding, so a stretch that begins with a layer was cut by a stall."""
+    edge = np.r_[True, (layer[1:] != layer[:-1]) | (run[1:] != run[:-1])]
+    starts = np.flatnonzero(edge & (layer >= 0))
+    whole = (run[starts[1:]] == run[starts[:-1]]) & (layer[starts[1:]] == layer[starts[:-1]] + 1)
+    return cast(np.ndarray, (layer[breaks] >= 0) | _stalls_in(p, breaks, zip(starts[:-1][whole].tolist(), starts[1:][whole].tolist())))
+
+
+def _stalls_in(p: _Pass, breaks: np.ndarray, layers: Iterable[tuple[int, int]]) -> np.ndarray:
+    """Per break: whether it falls inside a copy of one of ``layers`` (first and end positions),
+    by short names, or between two copies with nothing between them (``_inside_layers``)."""
+    stall = np.zeros(len(breaks), bool)
+    units: dict[bytes, tuple[int, int]] = {}
+    for a, b in layers:
+        if len(units) == STALL_UNITS:
+            break
+        units.setdefault(p.short[a:b].tobytes(), (a, b))
+    for a, b in units.values():
+        stall |= _inside_layers(p, a, b - a, breaks, _occurrences(p.short, p.short[a:b]))
+    return stall
 
 
 def _one_stretch(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, int, float]:
@@ -407,7 +459,7 @@ def _one_stretch(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, int, fl
     layer, run, period, score = _motif_layers(p.take(keep), eager, layer_period(p.token[keep], p.kind[keep]))
     if not (layer >= 0).any() and found[1] >= 0.35:  # without the noise no period stands out: keep the one with it
         return _motif_layers(p, eager, found)
-    return *_noise_back(layer, run, keep), period, score
+    return *_noise_back(p, layer, run, keep), period, score
 
 
 def structural(p: _Pass, period: int = 0) -> np.ndarray:
@@ -433,11 +485,12 @@ def structural(p: _Pass, period: int = 0) -> np.ndarray:
     return keep
 
 
-def _noise_back(layer: np.ndarray, run: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Layers and runs of the structural kernels (``keep``) spread to the whole pass: a noise
-    kernel is in the layer of the kernel before it when the kernel after it is in a layer of the
-    same run (it ran inside the layers), else outside layers; it is in the run of the kernel
-    before it (the first run before the first structural kernel)."""
+def _noise_back(p: _Pass, layer: np.ndarray, run: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layers and runs of the structural kernels (``keep``) spread to the whole pass ``p``: a
+    noise kernel is in the layer of the kernel before it when the kernel after it is in a layer
+    of the same run (it ran inside the layers), else outside layers. Between two runs, the
+    noise before the longest idle gap is the first run's (its sampling), the rest the next's (its
+    inputs and embedding); before the first structural kernel, the first run's."""
     pos = np.nonzero(keep)[0]
     prev = np.maximum(np.cumsum(keep) - 1, 0)  # index into pos of the structural kernel at or before
     nxt = np.minimum(np.searchsorted(pos, np.arange(len(keep))), len(pos) - 1)
@@ -449,6 +502,16 @@ def _noise_back(layer: np.ndarray, run: np.ndarray, keep: np.ndarray) -> tuple[n
     out_layer[keep] = layer
     out_run[keep] = run
     out_run[before] = run[0]
+    placed = np.flatnonzero(out_layer >= 0)
+    for j in np.flatnonzero(run[1:] != run[:-1]).tolist():  # the run changes between pos[j] and pos[j + 1]
+        lo, hi = int(pos[j]), int(pos[j + 1])
+        i = int(np.searchsorted(placed, hi))
+        layer_first = 0 < i < len(placed) and out_run[placed[i - 1]] == run[j] and out_run[placed[i]] == run[j + 1]
+        if layer_first:  # from the end of the one's last layer to the other's first
+            lo, hi = int(placed[i - 1]) + 1, int(placed[i])
+        if hi - lo > 1:
+            cut = _idle_cut(p.start, p.end, lo, hi, layer_first=layer_first)
+            out_run[lo:cut], out_run[cut:hi] = run[j], run[j + 1]
     return out_layer, out_run
 
 
@@ -467,6 +530,11 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     starts = _layer_starts(p, anchor, period, breaks)
     copies = _occurrences(p.short, p.short[anchor : anchor + period]) if eager and anchor + period <= n else np.zeros(0, np.int64)
     stalls = _inside_layers(p, anchor, period, breaks, copies)
+    if len(starts) > 2 and not stalls.all():  # the unit may be more than a layer: the layers found tell too
+        gaps = np.diff(starts)
+        at = np.flatnonzero(gaps == np.bincount(gaps).argmax())
+        stalls |= _stalls_in(p, breaks, zip(starts[at].tolist(), starts[at + 1].tolist()))
+    stalled = breaks[stalls]
     if stalls.any():  # a host stall inside a layer, not a wait between forward passes
         breaks = breaks[~stalls]
         starts = _layer_starts(p, anchor, period, breaks)
@@ -483,7 +551,7 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     # A shorter idle wait ends one too where it comes after the layer's own norms say the layer
     # ended (after its last layer, the final norm, lm_head and sampling): a stall inside a pass
     # (a host sync in a MoE layer) comes before the next layer's norm.
-    loose = _idle_breaks(p, LOOSE) if eager else breaks
+    loose = _idle_breaks(p, LOOSE, stalled=stalled) if eager else breaks
     new_run = np.r_[True, (gaps > 1.25 * typical) & ~reaches | _between(breaks, starts) | _after_end(loose, starts, natural)
                     | (_more_after_copy(p, starts, period, copies) if eager else False)]
     run_of = np.cumsum(new_run) - 1
@@ -500,16 +568,21 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     return layer, run, period, score
 
 
-def _idle_breaks(p: _Pass, of_longest: float = 0.5) -> np.ndarray:
+def _idle_breaks(p: _Pass, of_longest: float = 0.5, stalled: np.ndarray | None = None, below: int | None = None) -> np.ndarray:
     """Positions of the kernels that start after the GPU sat idle far longer than between the
     pass's kernels, and about as long as its longest wait (``of_longest`` of it: the host waited
-    for one forward pass's result before launching the next)."""
+    for one forward pass's result before launching the next). ``stalled``: positions known to
+    follow a host stall inside a layer, which are neither breaks nor the longest wait; ``below``:
+    the longest wait is the longest shorter than this (the longer ones are breaks all the same)."""
     _times_read[0] += 1
     idle = p.start[1:] - np.maximum.accumulate(p.end)[:-1]
+    if stalled is not None and len(stalled):
+        idle[stalled - 1] = 0
     if not len(idle):
         return np.zeros(0, np.int64)
     # the waits between forward passes are alike and the longest; a stall inside one is shorter
-    limit = max(IDLE * float(median(np.maximum(idle, 0))), IDLE_NS, of_longest * float(idle.max()))
+    longest = float(idle.max()) if below is None else float(idle[idle < below].max(initial=0))
+    limit = max(IDLE * float(median(np.maximum(idle, 0))), IDLE_NS, of_longest * longest)
     return np.nonzero(idle >= limit)[0] + 1
 
 
@@ -573,14 +646,17 @@ def _between(breaks: np.ndarray, starts: np.ndarray) -> np.ndarray:
 _times_read = [0]
 
 
-def _idle_cut(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
+def _idle_cut(start: np.ndarray, end: np.ndarray, lo: int, hi: int, layer_first: bool = True) -> int:
     """Where the next forward pass begins, between one that ends before ``lo`` and one whose first
     layer starts at ``hi``: after the longest idle gap there (the GPU waits for the host between
-    sampling one token and the next pass's inputs)."""
+    sampling one token and the next pass's inputs). A pass runs its inputs and embedding before
+    its first layer, so the wait before ``hi`` itself (a host stall on the layer's first kernel)
+    counts only where nothing lies between; ``layer_first=False``: ``hi`` may be any kernel."""
     _times_read[0] += 1
     if hi <= lo:
         return hi
-    return lo + 1 + int(np.argmax(start[lo + 1 : hi + 1] - end[lo:hi]))
+    last = hi - 1 if layer_first and hi - lo >= 2 else hi
+    return lo + 1 + int(np.argmax(start[lo + 1 : last + 1] - end[lo:last]))
 
 
 def _natural_ends(p: _Pass, starts: np.ndarray) -> np.ndarray:
@@ -1029,7 +1105,7 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
             if a:
                 opens[_idle_cut(p.start, p.end, a - 1, int(have[0]))] = True
             if b < len(got):
-                opens[_idle_cut(p.start, p.end, int(have[-1]), b)] = True
+                opens[_idle_cut(p.start, p.end, int(have[-1]), b, layer_first=False)] = True
             opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
             got[a:b] = np.where(inner >= 0, inner, -1)
             stack[a:b] = np.where(inner >= 0, 0, -1)

@@ -51,11 +51,12 @@ def test_hf_eager_layers_passes_and_stages(tmp_path, model, graphs):
        prefill=st.integers(0, 2), decode=st.integers(1, 4), requests=st.integers(1, 3), seed=st.integers(0, 2**16))
 def test_any_hf_eager_run(tmp_path_factory, model, graphs, layers, prefill, decode, requests, seed):
     """Any model, graph mode and depth, requests one after another (a prefill between decode
-    steps), host stalls anywhere in a layer (its first kernel too)."""
+    steps), host stalls anywhere in a layer (its first kernel too), longer than the waits between
+    forward passes or not. Exact from three layers; a two-layer model may come out doubtful."""
     path = tmp_path_factory.mktemp("hf") / "hf.json.gz"
     truth = generate(path, model=model, style="hf_eager", graphs=graphs, layers=layers, prefill=prefill, decode=decode,
                      requests=requests, seed=seed)
-    _check(path, truth, strict=layers >= 8)  # shallower runs: right, or doubtful and said so
+    _check(path, truth, strict=layers >= 3)  # two layers: right, or doubtful and said so
 
 
 def test_hf_eager_asks_for_what_it_has(tmp_path):

@@ -200,8 +200,9 @@ def truth_columns(trace, truth: dict) -> tuple[np.ndarray, np.ndarray, list[int]
 
 
 def _same_passes(r, pass_, layer):
-    """The detected passes are the true ones (on kernels in layers): one-to-one."""
-    m = layer >= 0
+    """The detected passes are the true ones, one-to-one, on every kernel: the embedding before a
+    pass's first layer and the sampling after its last are that pass's too."""
+    m = np.ones(len(layer), bool)
     pairs = set(zip(r.pass_of[m].tolist(), pass_[m].tolist()))
     return len(pairs) == len(set(r.pass_of[m].tolist())) == len(set(pass_[m].tolist()))
 
