@@ -405,7 +405,8 @@ def _pass_rows(a: Analysis, expected: int | None) -> tuple[list[tuple[str, ...]]
     rows: list[tuple[str, ...]] = []
     firsts: list[int] = []
     for p, (layers, kernels, eager_kernels, cut) in enumerate(zip(lay.layers_per_pass, count.tolist(), eager.tolist(), lay.partial)):
-        cells = [a.pass_label(p, "-"), ("eager" if eager_kernels else "graph replay") + (" (partial)" if cut else ""),
+        how = "graph replay" if not eager_kernels else "eager" if eager_kernels == kernels else "graphs + eager"
+        cells = [a.pass_label(p, "-"), how + (" (partial)" if cut else ""),
                  f"{kernels:,}", str(layers)]
         if expected:
             cells.append("ok" if layers == expected else f"[red]{expected}[/]" if layers else "-")

@@ -41,7 +41,7 @@ from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
 from layerc.passes.module_tree import Spans, span_layers
-from layerc.passes.trace_segments import kernel_steps, passes
+from layerc.passes.trace_segments import join_edges, kernel_steps, passes
 
 ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
 #: types a kernel may have without belonging to the layer's own sequence: fills, copies, kernels no table knows
@@ -877,6 +877,7 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
     layer structure is an answer), the stacks, the steps, the evidence and the warnings.
     ``segments``: the passes as segmented before any layer was looked for (a replay is one)."""
     k = trace.kernels
+    r.pass_of = join_edges(r.pass_of, r.layer, k.device, step, trace.replayed(), k.start, k.end)
     n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
     spanned = evidence.spanned_passes(r.pass_of, n, spans.layer if spans is not None and r.strategy.startswith("ground-truth") else None)
     dropped = evidence.drop_unlayered(r.layer, r.pass_of, n, kind, spanned)

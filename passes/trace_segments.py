@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, group_order, isin, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, group_order, isin, median, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -159,3 +159,81 @@ def kernel_steps(trace: Trace, host: tuple[np.ndarray, np.ndarray] | None = None
     ok = (j >= 0) & (when <= a.end[rows[np.maximum(j, 0)]])
     out[ok] = j[ok]
     return out
+
+
+def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step: np.ndarray, replayed: np.ndarray,
+               start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Passes with the eager kernels around a forward step's graphs joined to it: a step replays
+    its model as graphs (whole, or in pieces) and launches its inputs' preparation before them and
+    lm_head and sampling after them eagerly. So the eager kernels between two steps' layers (a
+    replay's kernels, where it has no layers), where a graph is one of them, are the tail of one
+    and the head of the next: they are cut where the GPU waits longest for the host (not at the
+    wait before the next step's first layer, where something lies between). Between two such
+    steps, the eager passes without layers (each fewer kernels than those two, on their GPU and in
+    their training step) join them; before the first or after the last step on a GPU, such a
+    pass joins its neighbour (one with graphs) unless a wait inside it is as long as half the
+    usual wait between steps (a step the profile cut keeps its side apart). Kernels come in start
+    order; passes are renumbered in order of their first kernels."""
+    n = int(pass_of.max()) + 1 if len(pass_of) else 0
+    graphs = np.bincount(pass_of[replayed], minlength=n) > 0
+    if not n or not graphs.any() or replayed.all():  # an eager run's passes are cut by its layers' motif alone
+        return pass_of
+    layered = np.bincount(pass_of[layer >= 0], minlength=n) > 0
+    steps = layered | graphs  # a replay is a step, layers found in it or not
+    size = np.bincount(pass_of, minlength=n)
+    out = pass_of.copy()
+    waits: list[int] = []
+    edges: list[tuple[np.ndarray, np.ndarray, bool]] = []  # a leading or trailing pass: its kernels, their waits, whether it leads
+    for d in unique(device).tolist():
+        mine = np.flatnonzero(device == d)
+        gap = start[mine] - np.r_[start[mine[0]], np.maximum.accumulate(end[mine])[:-1]]
+        q, eager = pass_of[mine], ~replayed[mine]
+        core = np.where(layered[q], layer[mine] >= 0, ~eager)  # a step's layers, or its graphs where it has none
+        local = np.arange(len(mine))
+        first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        first[q[::-1]], last[q] = local[::-1], local  # (the last write wins)
+        first_core, last_core = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        first_core[q[core][::-1]], last_core[q[core]] = local[core][::-1], local[core]
+        seq = np.flatnonzero(first >= 0)
+        seq = seq[np.argsort(first[seq], kind="stable")]  # the GPU's passes in time order
+        step_of = np.where(first >= 0, step[mine[np.maximum(first, 0)]], -2)
+        at_steps = np.flatnonzero(steps[seq])
+        a, b = seq[at_steps[:-1]], seq[at_steps[1:]]  # two steps in a row
+        lo, hi = last_core[a] + 1, first_core[b]
+        ce = np.r_[0, np.cumsum(eager)]
+        todo = (step_of[a] == step_of[b]) & (graphs[a] | graphs[b]) & (hi > lo)
+        todo[todo] &= ce[hi[todo]] > ce[lo[todo]]  # eager kernels lie between them
+        for i in np.flatnonzero(todo).tolist():
+            x, y, between = int(a[i]), int(b[i]), seq[at_steps[i] + 1 : at_steps[i + 1]]
+            if (graphs[between] | (size[between] >= min(size[x], size[y])) | (step_of[between] != step_of[x])).any():
+                continue
+            cut = int(lo[i]) + int(np.argmax(gap[lo[i] : hi[i]]))  # the wait before the next step's first layer only where nothing lies between
+            waits.append(int(gap[cut]))
+            span = np.arange(lo[i], hi[i])
+            movable = span[eager[span] & isin(q[span], [x, y, *between.tolist()])]
+            out[mine[movable[movable < cut]]] = x
+            out[mine[movable[movable >= cut]]] = y
+        for j, leads in ((int(at_steps[0]), True), (int(at_steps[-1]), False)) if len(at_steps) else ():
+            near = int(seq[j])
+            side = seq[:j][::-1] if leads else seq[j + 1 :]
+            for e in side.tolist():  # outward from the step
+                if not graphs[near] or steps[e] or size[e] >= size[near] or step_of[e] != step_of[near]:
+                    break
+                kernels = np.flatnonzero(q == e)
+                edges.append((mine[kernels], gap[kernels], leads))
+                out[mine[kernels]] = near
+    if not edges and not waits:
+        return pass_of
+    if edges and waits:  # a wait as long as those between steps inside a leading or trailing pass: the profile cut a step there
+        usual = float(median(np.array(waits)))
+        for kernels, waited, leads in edges:
+            inner = np.flatnonzero(waited[1:] >= usual / 2) + 1
+            if len(inner):
+                apart = kernels[: inner[-1]] if leads else kernels[inner[0] :]
+                out[apart] = pass_of[apart[0]]
+    ids, dense = unique_inverse(out)
+    start_of = np.full(len(ids), len(out), np.int64)
+    np.minimum.at(start_of, dense, np.arange(len(out)))
+    rank = np.empty(len(ids), np.int64)
+    rank[np.argsort(start_of, kind="stable")] = np.arange(len(ids))
+    return cast(np.ndarray, rank[dense])

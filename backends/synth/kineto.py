@@ -131,6 +131,8 @@ STYLES = ("engine", "hf_eager")
 #: the models and graph modes an HF eager run has (its kernel names come from a real H100 capture)
 HF_EAGER_MODELS, HF_EAGER_GRAPHS = ("llama", "qwen3", "qwen3_moe"), ("none", "full")
 MODULES = ("none", "layers", "tree")
+#: the ops that sample a token from the logits, launched eagerly after a graph
+_SAMPLING = ("to_float", "softmax", "argmax", "hf:argmax")
 #: ops a piecewise graph leaves out: attention runs eagerly between two pieces
 _SPLITTING = {"kv_write", "mla_kv_write", "attn", "attn_grok", "attn_mla", "attn_sink", "attn_reduce", "attn_reduce_mla"}
 DENSE_LAYERS = 3  # deepseek_v3: first_k_dense_replace
@@ -564,18 +566,22 @@ def _pass_mode(stage: str, graphs: str) -> str:
 
 def _launch_modes(ops: list[Op], mode: str) -> np.ndarray:
     """Per op: the graph piece that replays it (0, 1, ...), or -1 where it is launched eagerly.
-    A piecewise pass captures the model (embedding through the final norm) in pieces split at
-    each attention op, which runs eagerly between them; the inputs before and the logits and
-    sampling after run eagerly too."""
+    A graph captures the model's forward, embedding through the logits, as SGLang does (and
+    transformers' compiled decode): the inputs' preparation before it and the sampling after it
+    run eagerly. A piecewise pass captures the model, embedding through the final norm, in
+    pieces split at each attention op, which runs eagerly between them (vLLM): the inputs before
+    and the logits and sampling after run eagerly."""
     n = len(ops)
     if mode == "eager":
         return np.full(n, -1, np.int64)
-    if mode == "graph":
-        return np.zeros(n, np.int64)
     keys = [op.key for op in ops]
-    first = keys.index("embed")
-    last = max(j for j, op in enumerate(ops) if op.key == "final_norm" or op.key == "ar_norm" and op.layer is None)
+    first = keys.index("hf:embed" if "hf:embed" in keys else "embed")
+    lm_head = max(j for j, op in enumerate(ops) if op.key in ("gemm", "hf:lm_head") and op.layer is None)
     out = np.full(n, -1, np.int64)
+    if mode == "graph":  # the model's forward with its logits (SGLang's and a compiled transformers model's)
+        out[first : min(j for j in range(lm_head, n) if keys[j] in _SAMPLING)] = 0
+        return out
+    last = lm_head - 1  # the pieces end at the final norm (vLLM's compiled model)
     piece, splitting = 0, False
     for j in range(first, last + 1):
         if keys[j] in _SPLITTING:
@@ -716,7 +722,7 @@ class KinetoWriter:
         corrs = list(graph_corr.values())
         return {"index": index, "stage": stage, "tokens": tokens, "kernels": len(self.kernels) - first_row,
                 "layers": len(kinds), "stacks": [len(kinds) - vision] + ([vision] if vision else []),
-                "graph_correlation": corrs[0] if len(corrs) == 1 and (piece >= 0).all() else None,
+                "graph_correlation": corrs[0] if len(corrs) == 1 else None,
                 "graph_correlations": corrs, "start": self.kernels[first_row]["start"], "end": end}
 
     def eager(self, op: Op, name: str, cpu_name: str, dur: int, tid: int | None = None) -> tuple[int, int, int, int, tuple[int, int]]:

@@ -21,7 +21,7 @@ from layerc.ir.trace import Annotations, Modules
 from layerc.passes.trace_layers import detect_layers
 from layerc.backends.synth import kineto as gen_trace, kineto_workloads as gen_trace_workloads
 from tests.layerc_cli import run_layerc
-from tests.passes.test_trace_layers import HYBRID, agreement, truth_columns
+from tests.passes.test_trace_layers import HYBRID, _same_passes, agreement, truth_columns
 
 CLASSES = [
     # model, vendor, tp, graphs, modules, layers (a tp written "8f": all-reduces fused with the norm after them)
@@ -60,7 +60,8 @@ def generated(request, tmp_path_factory):
 
 
 def _counts(r) -> list[int]:
-    return [n for n in r.layers_per_pass if n]
+    """Layers per pass: a pass of no layers (a step's eager inputs or sampling around its graphs, left apart) counts too."""
+    return r.layers_per_pass
 
 
 @pytest.mark.parametrize("strip", [False, True], ids=["modules", "kernels-only"])
@@ -86,9 +87,11 @@ def test_every_kernel_in_its_layer(generated, strip):
     trace = read_trace(path)
     if strip:
         trace.modules = Modules.empty()
-    layer, _, _ = truth_columns(trace, truth)
+    layer, pass_, _ = truth_columns(trace, truth)
     for strategy in ("auto",) if model in HYBRID else ("auto", "motif"):
-        assert agreement(detect_layers(trace, strategy).layer, layer) >= 0.99
+        r = detect_layers(trace, strategy)
+        assert agreement(r.layer, layer) >= 0.99
+        assert _same_passes(r, pass_, layer)  # every kernel: a step's eager inputs and sampling around its graphs too
 
 
 def test_module_spans_decide_the_layers_of_eager_passes(generated):
@@ -126,6 +129,27 @@ def test_piecewise_pieces_join_into_one_pass(tmp_path):
     assert all(len(p["graph_correlations"]) == 7 for p in truth["passes"])  # a piece per layer, and one more
     r = detect_layers(read_trace(path), "auto")
     assert _counts(r) == [6, 6, 6, 6]
+
+
+@pytest.mark.parametrize("graphs", ["full", "piecewise"])
+@given(seed=st.integers(0, 2**16), keep=st.integers(1, 3))
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_step_the_profile_cut_keeps_its_tail_apart(tmp_path, graphs, seed, keep):
+    """The profile begins with the last ``keep`` eager kernels of a step (its sampling): they wait
+    for the host before the next step's inputs as long as steps do, so they are a pass of their own
+    (cut), not the next step's head; every other kernel is in its step."""
+    path = tmp_path / f"cut{seed}-{keep}.json.gz"
+    truth = gen_trace.generate(path, model="llama", layers=4, prefill=0, decode=4, graphs=graphs, seed=seed)
+    trace = read_trace(path)
+    layer, pass_, _ = truth_columns(trace, truth)
+    first = np.flatnonzero(pass_ == 0)
+    cut = np.ones(len(pass_), bool)
+    cut[first[:-keep]] = False
+    trace.kernels = trace.kernels.take(cut)
+    r = detect_layers(trace, "auto")
+    layer, pass_ = layer[cut], pass_[cut]
+    assert r.layers_per_pass == [0, 4, 4, 4]
+    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
 
 
 @pytest.mark.parametrize("modules", ["none", "tree"])

@@ -58,10 +58,12 @@ def test_decode_replay_has_36_layers(real, strategy):
     assert from_spans(trace) is None  # a graph replay: no module spans to lean on
     r, order = _decode_replay(trace, strategy)
     assert r.strategy == "motif"
-    assert r.layers_per_pass == [0, 36, 0]
+    # one decode step: its inputs' preparation before the replay and its sampling after it, launched
+    # eagerly, are the step's too
+    assert r.layers_per_pass == [36]
     (q,) = np.unique(r.pass_of[order])
     assert r.layers_per_pass[q] == 36
-    assert set(np.nonzero(r.pass_of == q)[0].tolist()) == set(order.tolist())  # the replay is one pass
+    assert set(np.nonzero(r.pass_of == q)[0].tolist()) >= set(order.tolist())  # the replay is in one pass
     layer = r.layer[order]
     # the embedding gather opens the replay outside the layers; every kernel after it is in a
     # layer (the replay's tail, final norm, lm_head and copy, goes with the last), layers 0..35 in
@@ -290,7 +292,9 @@ def test_eager_passes_with_spans_are_apart(model, prefill, decode, tmp_path):
     """Eager passes run back to back form one stretch of kernels; the spans' layer numbers start
     again where the next forward pass begins, and so does the layer count."""
     trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, layers=6, prefill=prefill, decode=decode, seed=1)
-    assert len(np.unique(passes(trace)[~trace.replayed()])) == 1  # one eager stretch
+    replayed = trace.replayed()
+    before = trace.kernels.start < trace.kernels.start[replayed].min(initial=np.iinfo(np.int64).max)
+    assert len(np.unique(passes(trace)[before])) == 1  # the eager passes: one stretch
     for strategy in ("auto", "ground-truth"):
         r = detect_layers(trace, strategy)
         spanned = [6] * prefill + ([6] if strategy == "auto" else [0]) * decode
