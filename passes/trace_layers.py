@@ -735,6 +735,61 @@ def boundary_layers(p: _Pass) -> np.ndarray:
     return layer
 
 
+#: a forward pass's inputs, matched by their last kernels, open the next forward pass in an eager stretch
+PROLOGUE_TAIL = 3
+
+
+def residual_norm_passes(p: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Forward passes, half layers and layers of an eager stretch whose norms run as several
+    kernels (an eager RMSNorm: a copy, pow, mean, add, rsqrt, mul...), whatever the mixer, and
+    whatever the host stalls (transformers' generate stalls inside a pass for longer than it
+    waits between passes). A decoder layer adds its mixer's output to the residual stream and
+    norms the sum before its FFN; it adds the FFN's output, and the next layer norms that: the
+    norm is the kernel sequence that most often runs between a residual add and the next GEMM.
+    A forward pass opens with its inputs (the kernels before the stretch's first norm) and its
+    first layer's norm, which follows them, not an add (a q/k norm of the same class follows a
+    projection); after it, every other norm that follows an add opens a layer, the others the
+    layer's FFN half, and the last is the final norm. Passes split where the next one's inputs
+    begin. None where the norms do not pair up so, or a half holds no GEMM, attention or experts,
+    or a norm kernel runs in the stretch (a norm of one kernel: not this kind of model)."""
+    if (p.kind == NORM).any():  # a norm that runs as one kernel is known as one: the layer-start norms decide
+        return None
+    heavy = np.flatnonzero(HEAVY[p.kind])
+    add = p.residual_add
+    last_add = np.flatnonzero(add & ~np.r_[add[1:], False])  # the last of each run of adds (an expert sum, then the residual)
+    j = np.searchsorted(heavy, last_add + 1)
+    a, b = last_add[j < len(heavy)] + 1, heavy[j[j < len(heavy)]]
+    a, b = a[b - a >= 2], b[b - a >= 2]
+    if len(a) < 4:
+        return None
+    norm = Counter(p.short[x:y].tobytes() for x, y in zip(a.tolist(), b.tolist())).most_common(1)[0][0]
+    signature = np.frombuffer(norm, p.short.dtype)
+    copies = _occurrences(p.short, signature)
+    first = int(copies[0])
+    tail = p.short[max(first - PROLOGUE_TAIL, 0) : first]
+    if not len(tail) or add[first - 1]:
+        return None
+    after_add = add[copies - 1]
+    opens = [c for c in copies[~after_add].tolist() if c >= len(tail) and np.array_equal(p.short[c - len(tail) : c], tail)]
+    run = np.zeros(len(p.kind), np.int64)
+    halves, whole = np.full(len(p.kind), -1, np.int64), np.full(len(p.kind), -1, np.int64)
+    for r, (o, nxt) in enumerate(zip(opens, opens[1:] + [len(p.kind)])):
+        if r:  # between the last pass's final norm and this one's first: the longest wait for the host
+            final = int(copies[copies < o][-1])
+            run[_idle_cut(p.start, p.end, final + len(signature) - 1, o) :] = r
+        norms = copies[(copies > o) & (copies < nxt) & after_add]
+        if not len(norms) or len(norms) % 2:
+            return None
+        bounds = np.r_[o, np.sort(norms)]
+        if not all(_is_half_layer(p.kind[x:y]) for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            return None
+        for i, (x, y) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            halves[x:y], whole[x:y] = i, i // 2
+    if len(opens) < 1 or len(unique(whole[whole >= 0])) < 2:
+        return None
+    return run, halves, whole
+
+
 def _is_half_layer(kind: np.ndarray) -> bool:
     return bool((kind == ATTENTION).any() or (kind == MOE).any() or (kind == LINEAR).sum() >= 2)
 
@@ -936,19 +991,27 @@ def mark_partial(r: LayerResult) -> LayerResult:
 
 
 def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bool) -> LayerResult:
-    """Motif or boundary layers; ``auto`` takes the motif when it is confident and leaves no
-    attention or expert kernel between its layers, else the boundary's where the motif leaves
-    more of them, else the more confident of the two."""
-    results, stray = {}, {}
+    """Motif or boundary layers; ``auto`` takes the motif when it is confident, leaves no
+    attention or expert kernel between its layers and its passes agree on their layer count,
+    else the boundary's where the motif leaves more of them or only the motif's passes disagree,
+    else the more confident of the two."""
+    results, stray, odd = {}, {}, {}
     kind, start = columns.cls.type, columns.kernels.start
     for name in ("motif", "boundary") if strategy == "auto" else (strategy,):
-        results[name] = _by_strategy(columns, pass_of, name, merge)
+        results[name] = r = _by_strategy(columns, pass_of, name, merge)
         # within the passes as segmented (a replay is one): the motif may cut one where it lost track
-        stray[name] = evidence.stray_heavy(results[name].layer, pass_of, kind, start)
-        if name == "motif" and strategy == "auto" and results[name].confidence >= 0.8 and not stray[name]:
+        stray[name] = evidence.stray_heavy(r.layer, pass_of, kind, start)
+        n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
+        odd[name] = len(evidence.odd_counts(r.layer, r.pass_of, r.stack, n, np.zeros(n, bool))[0])
+        if name == "motif" and strategy == "auto" and r.confidence >= 0.8 and not stray[name] and not odd[name]:
             break
     if len(results) == 1:
         return next(iter(results.values()))
+    if odd["motif"] and not odd["boundary"] and not stray["boundary"] and results["boundary"].layers_per_pass.count(0) <= \
+            results["motif"].layers_per_pass.count(0) and sum(results["boundary"].layers_per_pass):
+        # the motif's passes disagree on their layer count (one model runs them all in each),
+        # the layer-start norms' do not, and find layers in as many passes
+        return results["boundary"]
     if stray["motif"] > stray["boundary"] and sum(results["boundary"].layers_per_pass) >= sum(results["motif"].layers_per_pass):
         # the motif left attention or experts between its layers: a layer kind it does not know
         # (a hybrid stack's), which the layer-start norms around every layer do (and find at
@@ -1106,7 +1169,7 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
             if a:
                 opens[_idle_cut(p.start, p.end, a - 1, int(have[0]))] = True
             if b < len(got):
-                opens[_idle_cut(p.start, p.end, int(have[-1]), b, layer_first=False)] = True
+                opens[_idle_cut(p.start, p.end, int(have[-1]), b)] = True  # b: the first motif's next layer
             opens[a + 1 : b] |= inner_run[1:] != inner_run[:-1]
             got[a:b] = np.where(inner >= 0, inner, -1)
             stack[a:b] = np.where(inner >= 0, 0, -1)
@@ -1174,6 +1237,11 @@ def _same_layers_again(p: _Pass, first: tuple[int, tuple[int, ...]], a: int, inn
 def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Boundary half layers of one pass, its runs (an eager pass may hold several forward passes,
     cut at the idle gaps between them) and the merged layers."""
+    if not p.start_flag.any():  # norms of several kernels pair the halves and open the passes
+        by_norms = residual_norm_passes(p)
+        if by_norms is not None:  # (a replay is one forward pass: its norms open it once)
+            run, halves, whole = by_norms
+            return halves, run, whole
     run = np.zeros(len(p.token), np.int64)
     if eager:
         run[_idle_breaks(p)] = 1

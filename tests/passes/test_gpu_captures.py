@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from layerc.grammar.traces import read_trace
+from layerc.ir.trace import Annotations, Modules
 from layerc.passes.kernel_tables import TYPES, kernel_table
 from layerc.passes.trace_layers import detect_layers
 from tests.layerc_cli import run_layerc
@@ -102,6 +103,22 @@ def test_motif_without_spans_on_the_hybrid_stack():
     trace = read_trace(GPU / "hf_qwen3_next_eager.json.gz")
     cls = kernel_table().classify(trace)
     assert np.array_equal(detect_layers(trace, "ground-truth", cls=cls).layer, detect_layers(trace, "motif", cls=cls).layer)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "boundary"])
+def test_the_hybrid_stack_without_spans_by_its_norms(strategy):
+    """Qwen3-Next through transformers' PyTorch fallback, its spans withheld: no GDN kernel, no
+    fused norm, and host stalls inside its passes (tens of ms) far longer than the waits between
+    them. Its eager RMSNorms, paired after the residual adds, place every layer of both kinds and
+    open every pass: the spans' answer on every kernel. ``auto`` takes it over the motif, whose
+    passes disagree."""
+    trace = read_trace(GPU / "hf_qwen3_next_eager.json.gz")
+    cls = kernel_table().classify(trace)
+    spans = detect_layers(trace, "ground-truth", cls=cls)
+    trace.modules, trace.annotations = Modules.empty(), Annotations.empty()
+    r = detect_layers(trace, strategy, cls=cls)
+    assert r.strategy == "boundary" and r.layers_per_pass == spans.layers_per_pass == [8, 8, 8, 8] and not r.warnings
+    assert np.array_equal(r.layer, spans.layer) and np.array_equal(r.pass_of, spans.pass_of)
 
 
 def test_the_hybrid_stacks_doubtful_motif_says_so():

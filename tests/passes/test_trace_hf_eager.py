@@ -64,3 +64,20 @@ def test_hf_eager_asks_for_what_it_has(tmp_path):
                    {"model": "llama", "graphs": "piecewise"}, {"model": "llama", "style": "bogus"}):
         with pytest.raises(ValueError):
             generate(tmp_path / "x.json.gz", **{"style": "hf_eager", **kwargs})
+
+
+@settings(max_examples=12, deadline=None)
+@given(model=st.sampled_from(HF_EAGER_MODELS), graphs=st.sampled_from(HF_EAGER_GRAPHS), layers=st.integers(2, 12),
+       prefill=st.integers(0, 2), decode=st.integers(1, 3), requests=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_any_hf_eager_run_by_its_norms(tmp_path_factory, model, graphs, layers, prefill, decode, requests, seed):
+    """``--strategy boundary`` on an eager model whose RMSNorm runs as eight kernels (no layer-start
+    norm kernel to cut at): the norms that follow the residual adds pair up into layers, and the
+    norm that follows a pass's inputs (not an add) opens the pass, whatever the host stalls. Exact
+    from two layers, every kernel's pass included."""
+    path = tmp_path_factory.mktemp("hf") / "hf.json.gz"
+    truth = generate(path, model=model, style="hf_eager", graphs=graphs, layers=layers, prefill=prefill, decode=decode,
+                     requests=requests, seed=seed)
+    trace = read_trace(path)
+    layer, pass_, per_pass = truth_columns(trace, truth)
+    r = detect_layers(trace, "boundary", cls=kernel_table().classify(trace))
+    assert r.layers_per_pass == per_pass and _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
