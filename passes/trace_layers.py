@@ -530,7 +530,7 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     starts = _layer_starts(p, anchor, period, breaks)
     copies = _occurrences(p.short, p.short[anchor : anchor + period]) if eager and anchor + period <= n else np.zeros(0, np.int64)
     stalls = _inside_layers(p, anchor, period, breaks, copies)
-    if len(starts) > 2 and not stalls.all():  # the unit may be more than a layer: the layers found tell too
+    if len(breaks) and len(starts) > 2 and not stalls.all():  # the unit may be more than a layer: the layers found tell too
         gaps = np.diff(starts)
         at = np.flatnonzero(gaps == np.bincount(gaps).argmax())
         stalls |= _stalls_in(p, breaks, zip(starts[at].tolist(), starts[at + 1].tolist()))
@@ -1001,8 +1001,8 @@ def _by_kernels(columns: _Columns, pass_of: np.ndarray, strategy: str, merge: bo
         results[name] = r = _by_strategy(columns, pass_of, name, merge)
         # within the passes as segmented (a replay is one): the motif may cut one where it lost track
         stray[name] = evidence.stray_heavy(r.layer, pass_of, kind, start)
-        n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
-        odd[name] = len(evidence.odd_counts(r.layer, r.pass_of, r.stack, n, np.zeros(n, bool))[0])
+        n, counts = len(r.layers_per_pass), set(r.layers_per_pass) - {0}
+        odd[name] = len(counts) > 1 and len(evidence.odd_counts(r.layer, r.pass_of, r.stack, n, np.zeros(n, bool))[0])
         if name == "motif" and strategy == "auto" and r.confidence >= 0.8 and not stray[name] and not odd[name]:
             break
     if len(results) == 1:

@@ -175,53 +175,69 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
     usual wait between steps (a step the profile cut keeps its side apart). Kernels come in start
     order; passes are renumbered in order of their first kernels."""
     n = int(pass_of.max()) + 1 if len(pass_of) else 0
-    graphs = np.bincount(pass_of[replayed], minlength=n) > 0
+    graphs = _any_of(pass_of, replayed, n)
     if not n or not graphs.any() or replayed.all():  # an eager run's passes are cut by its layers' motif alone
         return pass_of
-    layered = np.bincount(pass_of[layer >= 0], minlength=n) > 0
+    layered = _any_of(pass_of, layer >= 0, n)
     steps = layered | graphs  # a replay is a step, layers found in it or not
     size = np.bincount(pass_of, minlength=n)
     out = pass_of.copy()
     waits: list[int] = []
     edges: list[tuple[np.ndarray, np.ndarray, bool]] = []  # a leading or trailing pass: its kernels, their waits, whether it leads
-    for d in unique(device).tolist():
-        mine = np.flatnonzero(device == d)
-        gap = start[mine] - np.r_[start[mine[0]], np.maximum.accumulate(end[mine])[:-1]]
-        q, eager = pass_of[mine], ~replayed[mine]
-        core = np.where(layered[q], layer[mine] >= 0, ~eager)  # a step's layers, or its graphs where it has none
-        local = np.arange(len(mine))
+    devices = unique(device)
+    for d in devices.tolist():
+        # one GPU's kernels: views where the trace has one GPU (no copy of a whole column)
+        mine = np.flatnonzero(device == d) if len(devices) > 1 else np.arange(0)
+        q, s, e, eager = ((pass_of, start, end, ~replayed) if not len(mine) else
+                          (pass_of[mine], start[mine], end[mine], ~replayed[mine]))
+
+        def at(i: np.ndarray, mine: np.ndarray = mine) -> np.ndarray:
+            """Positions on this GPU as positions in the trace."""
+            return mine[i] if len(mine) else i
+
+        core = np.where(layered[q], (layer if not len(mine) else layer[mine]) >= 0, ~eager)  # a step's layers, or its graphs
+        local = np.arange(len(q), dtype=np.int32 if len(q) < 2**31 else np.int64)
         first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         first[q[::-1]], last[q] = local[::-1], local  # (the last write wins)
-        first_core, last_core = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-        first_core[q[core][::-1]], last_core[q[core]] = local[core][::-1], local[core]
+        first_core, last_core = np.full(n + 1, -1, np.int64), np.full(n + 1, -1, np.int64)
+        qc = np.where(core, q, n)
+        first_core[qc[::-1]], last_core[qc] = local[::-1], local
+        del qc, core, local
         seq = np.flatnonzero(first >= 0)
         seq = seq[np.argsort(first[seq], kind="stable")]  # the GPU's passes in time order
-        step_of = np.where(first >= 0, step[mine[np.maximum(first, 0)]], -2)
+        step_of = np.where(first >= 0, step[at(np.maximum(first, 0))], -2)
         at_steps = np.flatnonzero(steps[seq])
         a, b = seq[at_steps[:-1]], seq[at_steps[1:]]  # two steps in a row
         lo, hi = last_core[a] + 1, first_core[b]
-        ce = np.r_[0, np.cumsum(eager)]
         todo = (step_of[a] == step_of[b]) & (graphs[a] | graphs[b]) & (hi > lo)
-        todo[todo] &= ce[hi[todo]] > ce[lo[todo]]  # eager kernels lie between them
-        for i in np.flatnonzero(todo).tolist():
-            x, y, between = int(a[i]), int(b[i]), seq[at_steps[i] + 1 : at_steps[i + 1]]
-            if (graphs[between] | (size[between] >= min(size[x], size[y])) | (step_of[between] != step_of[x])).any():
-                continue
-            cut = int(lo[i]) + int(np.argmax(gap[lo[i] : hi[i]]))  # the wait before the next step's first layer only where nothing lies between
-            waits.append(int(gap[cut]))
-            span = np.arange(lo[i], hi[i])
-            movable = span[eager[span] & isin(q[span], [x, y, *between.tolist()])]
-            out[mine[movable[movable < cut]]] = x
-            out[mine[movable[movable >= cut]]] = y
+        eager_before = np.cumsum(eager, dtype=np.int32 if len(q) < 2**31 else np.int64)
+        todo[todo] &= eager_before[hi[todo] - 1] > eager_before[lo[todo]] - eager[lo[todo]]  # eager kernels lie between them
+        del eager_before
+        regions = [(int(lo[i]), int(hi[i]), i) for i in np.flatnonzero(todo).tolist()]
+        ends = []  # a leading or trailing pass without layers beside the first or last step, outward
         for j, leads in ((int(at_steps[0]), True), (int(at_steps[-1]), False)) if len(at_steps) else ():
             near = int(seq[j])
             side = seq[:j][::-1] if leads else seq[j + 1 :]
-            for e in side.tolist():  # outward from the step
-                if not graphs[near] or steps[e] or size[e] >= size[near] or step_of[e] != step_of[near]:
+            for x in side.tolist():
+                if not graphs[near] or steps[x] or size[x] >= size[near] or step_of[x] != step_of[near]:
                     break
-                kernels = np.flatnonzero(q == e)
-                edges.append((mine[kernels], gap[kernels], leads))
-                out[mine[kernels]] = near
+                ends.append((x, near, leads))
+        wait = _waits(s, e, [(x, y) for x, y, _ in regions] + [(int(first[x]), int(last[x]) + 1) for x, _, _ in ends])
+        for (x0, x1, i), waited in zip(regions, wait):
+            x, y, between = int(a[i]), int(b[i]), seq[at_steps[i] + 1 : at_steps[i + 1]]
+            if (graphs[between] | (size[between] >= min(size[x], size[y])) | (step_of[between] != step_of[x])).any():
+                continue
+            cut = x0 + int(np.argmax(waited))  # the wait before the next step's first layer only where nothing lies between
+            waits.append(int(waited[cut - x0]))
+            span = np.arange(x0, x1)
+            movable = span[eager[span] & isin(q[span], [x, y, *between.tolist()])]
+            out[at(movable[movable < cut])] = x
+            out[at(movable[movable >= cut])] = y
+        for (x, near, leads), waited in zip(ends, wait[len(regions) :]):
+            kernels = np.arange(first[x], last[x] + 1)
+            kernels, waited = kernels[q[kernels] == x], waited[q[kernels] == x]
+            edges.append((at(kernels), waited, leads))
+            out[at(kernels)] = near
     if not edges and not waits:
         return pass_of
     if edges and waits:  # a wait as long as those between steps inside a leading or trailing pass: the profile cut a step there
@@ -231,9 +247,37 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
             if len(inner):
                 apart = kernels[: inner[-1]] if leads else kernels[inner[0] :]
                 out[apart] = pass_of[apart[0]]
-    ids, dense = unique_inverse(out)
-    start_of = np.full(len(ids), len(out), np.int64)
-    np.minimum.at(start_of, dense, np.arange(len(out)))
-    rank = np.empty(len(ids), np.int64)
-    rank[np.argsort(start_of, kind="stable")] = np.arange(len(ids))
-    return cast(np.ndarray, rank[dense])
+    # renumbered in order of their first kernels (the passes left keep their order; a joined one is gone)
+    first = np.full(n, len(out), np.int64)
+    first[out[::-1]] = np.arange(len(out) - 1, -1, -1)
+    kept = np.flatnonzero(first < len(out))
+    rank = np.zeros(n, np.int64)
+    rank[kept[np.argsort(first[kept], kind="stable")]] = np.arange(len(kept))
+    return np.take(rank, out, out=out)
+
+
+def _any_of(ids: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
+    """Per id below ``n``: whether ``mask`` holds for any of its rows (a piece at a time, so no
+    whole-column temporary)."""
+    out = np.zeros(n, bool)
+    for i in range(0, len(ids), 1 << 16):
+        out[ids[i : i + (1 << 16)][mask[i : i + (1 << 16)]]] = True
+    return out
+
+
+def _waits(start: np.ndarray, end: np.ndarray, spans: list[tuple[int, int]]) -> list[np.ndarray]:
+    """For each ``(lo, hi)``, the GPU's idle wait before each kernel lo..hi-1 (its start after the
+    latest end of the kernels before it; 0 for the first kernel), from the running latest end
+    at each span's start rather than a whole column of it."""
+    if not spans:
+        return []
+    los = np.array([lo for lo, _ in spans], np.int64)
+    order = np.argsort(los, kind="stable")
+    cuts = np.unique(np.r_[0, los[order]])
+    block = np.maximum.reduceat(end, cuts) if len(end) else np.zeros(0, np.int64)  # the latest end in each block
+    before = np.r_[start[0], np.maximum.accumulate(block)]  # the latest end before each cut (the first kernel waits for none)
+    out = []
+    for lo, hi in spans:
+        reach = np.maximum.accumulate(np.r_[before[np.searchsorted(cuts, lo)], end[lo:hi]])[:-1]
+        out.append(start[lo:hi] - reach)
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, strategies as st
 
-from layerc.passes.trace_segments import _fill_threads
+from layerc.passes.trace_segments import _fill_threads, _waits
 
 KERNELS = st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 3), st.integers(0, 20)))  # (thread, group, start)
 
@@ -26,3 +26,17 @@ def test_an_unknown_thread_is_its_groups_nearest_known_one_before_else_after(row
         before = [j for j in same if order.index(j) < place]
         after = [j for j in same if order.index(j) > place]
         assert got[i] == (rows[before[-1]][0] if before else rows[after[0]][0] if after else -1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 80)), min_size=1, max_size=60), st.data())
+def test_waits_of_spans_are_the_whole_columns(kernels, data):
+    """``_waits`` reads each span's waits from the latest end before it, never a whole column:
+    the same waits as the GPU's idle time before each kernel over the whole stretch."""
+    start = np.cumsum([s for s, _ in kernels]).astype(np.int64)
+    end = start + np.array([d for _, d in kernels], np.int64)
+    whole = start - np.r_[start[0], np.maximum.accumulate(end)[:-1]]
+    n = len(start)
+    spans = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, n)).map(lambda t: (min(t), max(t[1], min(t) + 1))),
+                               max_size=6))
+    for (lo, hi), got in zip(spans, _waits(start, end, spans)):
+        assert got.tolist() == whole[lo:hi].tolist()
