@@ -398,6 +398,14 @@ def median(values: np.ndarray) -> float:
     return float(part[k]) if n % 2 else (float(part[k - 1]) + float(part[k])) / 2
 
 
+def first_rows(ids: np.ndarray, n: int, missing: int = -1) -> np.ndarray:
+    """Per id below ``n``, the first row of ``ids`` that holds it (``missing`` where none): one
+    scatter in reverse, where the last write wins, not a sort."""
+    out = np.full(n, missing, np.int64)
+    out[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)
+    return out
+
+
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` for an integer column, without its sort where
     the values span a range not much wider than their count (ids, keys of dense ids): a table

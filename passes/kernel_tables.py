@@ -45,7 +45,7 @@ import numpy as np
 
 from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
-from layerc.ir.trace import Trace
+from layerc.ir.trace import Trace, first_rows
 from layerc.passes.user_regex import compile_user_regex
 
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
@@ -163,8 +163,7 @@ class KernelTable:
         slot = np.zeros(int(names[-1]) + 1, np.int32)
         slot[names] = np.arange(len(names), dtype=np.int32)
         inverse = slot[ids]
-        first = np.empty(len(names), np.int64)  # one kernel per distinct name (for its own short)
-        first[inverse[::-1]] = np.arange(n - 1, -1, -1)
+        first = first_rows(inverse, len(names))  # one kernel per distinct name (for its own short)
         entry = np.empty(len(names), np.int32)
         short = np.empty(len(names), np.int32)
         strings = trace.strings

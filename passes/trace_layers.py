@@ -393,7 +393,7 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
         elif alike:
             return layer, run, period, score
         else:  # no stall to blame, and no forward passes alike: the waits between them are shorter
-            below = int((p.start[breaks] - np.maximum.accumulate(p.end)[breaks - 1]).min())
+            below = int(_idle_waits(p)[breaks - 1].min())
     return got
 
 
@@ -568,6 +568,12 @@ def _motif_layers(p: _Pass, eager: bool, found: tuple[int, float]) -> tuple[np.n
     return layer, run, period, score
 
 
+def _idle_waits(p: _Pass) -> np.ndarray:
+    """Per kernel but the first, how long the GPU sat idle before it: its start after the latest
+    end of the kernels before it (negative where it overlaps them)."""
+    return p.start[1:] - np.maximum.accumulate(p.end)[:-1]
+
+
 def _idle_breaks(p: _Pass, of_longest: float = 0.5, stalled: np.ndarray | None = None, below: int | None = None) -> np.ndarray:
     """Positions of the kernels that start after the GPU sat idle far longer than between the
     pass's kernels, and about as long as its longest wait (``of_longest`` of it: the host waited
@@ -575,7 +581,7 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5, stalled: np.ndarray | None =
     follow a host stall inside a layer, which are neither breaks nor the longest wait; ``below``:
     the longest wait is the longest shorter than this (the longer ones are breaks all the same)."""
     _times_read[0] += 1
-    idle = p.start[1:] - np.maximum.accumulate(p.end)[:-1]
+    idle = _idle_waits(p)
     if stalled is not None and len(stalled):
         idle[stalled - 1] = 0
     if not len(idle):

@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, group_order, isin, median, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, first_rows, group_order, isin, median, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -118,8 +118,7 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     for d in unique(k.device).tolist():
         mine = np.nonzero(k.device == d)[0]
         ids, inverse = unique_inverse(segment[mine])  # (dense ids: a table, not a sort of every kernel)
-        at = np.empty(len(ids), np.int64)
-        at[inverse[::-1]] = np.arange(len(inverse) - 1, -1, -1)  # each segment's first kernel (the last write wins)
+        at = first_rows(inverse, len(ids))  # each segment's first kernel
         size = np.bincount(inverse, minlength=len(ids))
         attention = np.bincount(inverse, weights=kind[mine] == ATTENTION, minlength=len(ids)) > 0
         norm = np.bincount(inverse, weights=kind[mine] == NORM, minlength=len(ids)) > 0
@@ -196,13 +195,10 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
             return mine[i] if len(mine) else i
 
         core = np.where(layered[q], (layer if not len(mine) else layer[mine]) >= 0, ~eager)  # a step's layers, or its graphs
-        local = np.arange(len(q), dtype=np.int32 if len(q) < 2**31 else np.int64)
-        first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-        first[q[::-1]], last[q] = local[::-1], local  # (the last write wins)
-        first_core, last_core = np.full(n + 1, -1, np.int64), np.full(n + 1, -1, np.int64)
-        qc = np.where(core, q, n)
-        first_core[qc[::-1]], last_core[qc] = local[::-1], local
-        del qc, core, local
+        first, last = first_rows(q, n), len(q) - 1 - first_rows(q[::-1], n, len(q))
+        qc = np.where(core, q, n)  # a step's core kernels (the rest under id n)
+        first_core, last_core = first_rows(qc, n + 1), len(q) - 1 - first_rows(qc[::-1], n + 1, len(q))
+        del qc, core
         seq = np.flatnonzero(first >= 0)
         seq = seq[np.argsort(first[seq], kind="stable")]  # the GPU's passes in time order
         step_of = np.where(first >= 0, step[at(np.maximum(first, 0))], -2)
@@ -248,9 +244,8 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
                 apart = kernels[: inner[-1]] if leads else kernels[inner[0] :]
                 out[apart] = pass_of[apart[0]]
     # renumbered in order of their first kernels (the passes left keep their order; a joined one is gone)
-    first = np.full(n, len(out), np.int64)
-    first[out[::-1]] = np.arange(len(out) - 1, -1, -1)
-    kept = np.flatnonzero(first < len(out))
+    first = first_rows(out, n)
+    kept = np.flatnonzero(first >= 0)
     rank = np.zeros(n, np.int64)
     rank[kept[np.argsort(first[kept], kind="stable")]] = np.arange(len(kept))
     return np.take(rank, out, out=out)
@@ -271,9 +266,7 @@ def _waits(start: np.ndarray, end: np.ndarray, spans: list[tuple[int, int]]) -> 
     at each span's start rather than a whole column of it."""
     if not spans:
         return []
-    los = np.array([lo for lo, _ in spans], np.int64)
-    order = np.argsort(los, kind="stable")
-    cuts = np.unique(np.r_[0, los[order]])
+    cuts = unique(np.array([0, *(lo for lo, _ in spans)], np.int64))
     block = np.maximum.reduceat(end, cuts) if len(end) else np.zeros(0, np.int64)  # the latest end in each block
     before = np.r_[start[0], np.maximum.accumulate(block)]  # the latest end before each cut (the first kernel waits for none)
     out = []
