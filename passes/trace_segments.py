@@ -112,7 +112,8 @@ def _segments(trace: Trace) -> np.ndarray:
 
 def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndarray:
     """Segments with piecewise pieces joined: on each GPU, an eager segment between two
-    replays that runs attention, no norm, and fewer kernels than either replay joins them."""
+    replays that runs attention, no norm, fewer kernels than either replay, and mostly kernels
+    that neither replay runs joins them."""
     k = trace.kernels
     out = segment.copy()
     for d in unique(k.device).tolist():
@@ -129,12 +130,25 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
             first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
             np.minimum.at(first, inverse, starts)
         seq = np.argsort(first, kind="stable").tolist()  # segment positions in time order
+        ends = np.cumsum(size)
+        rows: list[np.ndarray] = []  # each segment's kernels together, from ends[i] - size[i] to ends[i]
+
+        def kernels_of(i: int, inverse: np.ndarray = inverse, mine: np.ndarray = mine) -> np.ndarray:
+            if not rows:  # sorted once, where a segment is a candidate
+                rows.append(mine[group_order(inverse)])
+            return cast(np.ndarray, k.name[rows[0][ends[i] - size[i]:ends[i]]])
+
         label = ids.copy()
         for j in range(1, len(seq) - 1):
             before, here, after = seq[j - 1], seq[j], seq[j + 1]
             if ids[here] % 2 or not (ids[before] % 2 and ids[after] % 2):
                 continue  # not an eager run between two replays
-            if attention[here] and not norm[here] and size[here] < min(size[before], size[after]):
+            if not (attention[here] and not norm[here] and size[here] < min(size[before], size[after])):
+                continue
+            # what the graphs around it left out, not what they run: a forward pass of its own (an
+            # eager prefill between two decode replays, its norms decomposed) runs the same model
+            own = kernels_of(here)
+            if 2 * int(isin(own, np.concatenate([kernels_of(before), kernels_of(after)])).sum()) < len(own):
                 label[here] = label[after] = label[before]
         out[mine] = label[inverse]
     return out

@@ -16,6 +16,7 @@ from layerc.grammar.traces import read_trace
 from layerc.passes.kernel_tables import kernel_table
 from layerc.passes.layer_facts import STAGES, kernel_stages, layer_table
 from layerc.passes.trace_layers import detect_layers
+from layerc.passes.trace_segments import passes
 from tests.passes.test_trace_layers import _same_passes, agreement, truth_columns
 
 
@@ -81,3 +82,22 @@ def test_any_hf_eager_run_by_its_norms(tmp_path_factory, model, graphs, layers, 
     layer, pass_, per_pass = truth_columns(trace, truth)
     r = detect_layers(trace, "boundary", cls=kernel_table().classify(trace))
     assert r.layers_per_pass == per_pass and _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
+
+
+@settings(max_examples=15, deadline=None)
+@given(model=st.sampled_from(HF_EAGER_MODELS), layers=st.integers(1, 8), decode=st.integers(2, 4),
+       requests=st.integers(2, 3), seed=st.integers(0, 2**16))
+def test_an_eager_prefill_between_replays_is_no_piece_gap(tmp_path_factory, model, layers, decode, requests, seed):
+    """A request's eager prefill between two decode replays runs attention and no norm kernel (its
+    norms are decomposed), with about as many kernels as a replay, fewer at times: it is a forward
+    pass of its own, not the attention between two pieces of a piecewise pass. No pass that the
+    segments make (before any layer is looked for) holds the replays of two steps."""
+    path = tmp_path_factory.mktemp("hf") / "hf.json.gz"
+    truth = generate(path, model=model, style="hf_eager", graphs="full", layers=layers, prefill=1, decode=decode,
+                     requests=requests, seed=seed)
+    trace = read_trace(path)
+    _, pass_, _ = truth_columns(trace, truth)
+    segment_pass = passes(trace, kernel_table().classify(trace).type)
+    replayed = trace.replayed()
+    steps = {(int(a), int(b)) for a, b in zip(segment_pass[replayed], pass_[replayed])}
+    assert len({a for a, _ in steps}) == len(steps), sorted(steps)
