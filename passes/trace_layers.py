@@ -382,11 +382,12 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
     if not eager or (got[0] >= 0).any():
         return got
     stalled, below = np.zeros(0, np.int64), None
+    stretches: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int, float]] = {}  # a round cuts some again, not all
     for _ in range(CUT_ROUNDS):
         breaks = _idle_breaks(p, stalled=stalled, below=below)
         if not len(breaks):
             return got
-        layer, run, period, score, alike = _each_forward_pass(p, breaks)
+        layer, run, period, score, alike = _each_forward_pass(p, breaks, stretches)
         stall = _stalls(p, breaks, layer, run)
         if stall.any():
             stalled = np.union1d(stalled, breaks[stall])
@@ -404,15 +405,18 @@ CUT_ROUNDS = 8
 STALL_UNITS = 8
 
 
-def _each_forward_pass(p: _Pass, breaks: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, float, bool]:
+def _each_forward_pass(p: _Pass, breaks: np.ndarray, stretches: dict[tuple[int, int], Any] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, int, float, bool]:
     """``motif_layers`` of each stretch between two ``breaks`` alone; whether two or more show
-    layers, as many in each."""
+    layers, as many in each. ``stretches``: the layers of stretches of ``p`` looked at before, by
+    their first and end positions."""
     layer, run = np.full(len(p.token), -1, np.int64), np.zeros(len(p.token), np.int64)
     periods, base, counts = [], 0, set()
+    stretches = {} if stretches is None else stretches
     for a, b in zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(p.token)].tolist()):
-        keep = np.zeros(len(p.token), bool)
-        keep[a:b] = True
-        part, part_run, period, score = _one_stretch(p.take(keep), False)
+        if (a, b) not in stretches:
+            stretches[a, b] = _one_stretch(p.take(slice(a, b)), False)
+        part, part_run, period, score = stretches[a, b]
         layer[a:b], run[a:b] = part, base + part_run
         base += int(part_run.max()) + 1 if b > a else 0
         if period and (part >= 0).any():
@@ -1151,6 +1155,8 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
     runs (a forward pass the other motif begins is a run too), and per kernel its stack (0: the
     first motif's)."""
     stack = np.where(got >= 0, 0, -1)
+    if not (got >= 0).any():  # the one stretch outside layers is the pass itself: the motif found none there
+        return got, run, stack
     opens = np.r_[False, run[1:] != run[:-1]]
     free = np.r_[False, got < 0, False].astype(np.int8)
     edges = np.diff(free)
