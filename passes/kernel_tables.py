@@ -46,6 +46,7 @@ import numpy as np
 from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.trace import Trace, first_rows
+from layerc.passes.regex_literals import Literals, literals
 from layerc.passes.user_regex import compile_user_regex
 
 TYPES = ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION", "QUANTIZATION", "MEMORY", "ELEMENTWISE", "OTHER")
@@ -117,10 +118,16 @@ class Classification:
         return len(self.type)
 
 
+#: distinct names from which a trace's classification first finds each pattern's literals (their
+#: parse costs about what 8 names' searches do)
+FILTER_FROM = 16
+
+
 class KernelTable:
     def __init__(self, entries: list[_Entry]):
         self.entries = entries
         self._memo: dict[str, tuple[int, str | None]] = {}
+        self._filters: list[Literals | None] = []  # per entry, what a name must hold to match it (once found)
         n = len(entries) + 1  # the last slot is "no entry"
         self._type = np.array([e.type_index for e in entries] + [_OTHER], np.int8)
         self._stage = np.array([e.stage_index for e in entries] + [UNKNOWN_STAGE], np.int8)
@@ -134,7 +141,16 @@ class KernelTable:
         if hit is None:
             hit = (-1, None)
             seen = name[:NAME_LIMIT]
+            filters = self._filters
+            lowered = seen.lower() if filters and seen.isascii() else None
             for i, e in enumerate(self.entries):
+                if lowered is not None and (f := filters[i]) is not None:  # a needle in the name, else no match
+                    text = lowered if f.fold else seen
+                    for needle in f.needles:
+                        if needle in text:
+                            break
+                    else:
+                        continue
                 m = e.pattern.search(seen)
                 if m:
                     hit = (i, m.expand(e.kind.short) if e.templated else e.kind.short)
@@ -163,6 +179,8 @@ class KernelTable:
         slot = np.zeros(int(names[-1]) + 1, np.int32)
         slot[names] = np.arange(len(names), dtype=np.int32)
         inverse = slot[ids]
+        if len(names) >= FILTER_FROM and not self._filters:
+            self._filters = [literals(e.pattern.pattern, e.pattern.flags) for e in self.entries]
         first = first_rows(inverse, len(names))  # one kernel per distinct name (for its own short)
         entry = np.empty(len(names), np.int32)
         short = np.empty(len(names), np.int32)
