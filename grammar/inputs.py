@@ -325,3 +325,28 @@ def human_size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
+
+
+def release_freed() -> None:
+    """Hand the heap pages freed so far back to the operating system (glibc's ``malloc_trim``;
+    elsewhere nothing): a reader frees most of what it allocated (decoded events, rows not kept)
+    in holes between what it keeps, which glibc holds on to, so every later peak would count
+    them again. On a 773K-kernel Kineto trace, 76 of the 200 MB held after reading."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    global _TRIM
+    if _TRIM is False:
+        try:
+            import ctypes
+
+            _TRIM = getattr(ctypes.CDLL("libc.so.6"), "malloc_trim", None)
+        except (OSError, AttributeError):  # not glibc (macOS, musl): its allocator decides alone
+            _TRIM = None
+    return _TRIM
+
+
+_TRIM: object = False  # malloc_trim, once looked up (None: none)

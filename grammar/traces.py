@@ -14,12 +14,17 @@ if TYPE_CHECKING:
 
 #: the tables a PyTorch profiler trace fills (the reader of each format loads when its format is met)
 KINDS = frozenset({"kernels", "launches", "cpu_ops", "annotations", "memops", "modules"})
+#: kernels from which the memory a reader freed is handed back at once (a smaller trace's reading
+#: frees too little to repay the lookup)
+RELEASE_FROM = 1 << 16
 
 
 def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
     """The trace at ``path``, rows that no clock can have produced left out (and counted)."""
     trace = _read(path, kinds)
     trace.drop_invalid()
+    if len(trace.kernels) >= RELEASE_FROM:
+        inputs.release_freed()
     return trace
 
 
