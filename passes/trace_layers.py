@@ -29,6 +29,7 @@ Without ``merge`` every strategy's layers are cut into their attention and FFN h
 from __future__ import annotations
 
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -942,7 +943,7 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
     layer structure is an answer), the stacks, the steps, the evidence and the warnings.
     ``segments``: the passes as segmented before any layer was looked for (a replay is one)."""
     k = trace.kernels
-    r.pass_of = join_edges(r.pass_of, r.layer, k.device, step, trace.replayed(), k.start, k.end)
+    r.pass_of = join_edges(r.pass_of, r.layer, k.device, step, trace.replayed(), k.start, k.end, k.name)
     n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
     spanned = evidence.spanned_passes(r.pass_of, n, spans.layer if spans is not None and r.strategy.startswith("ground-truth") else None)
     dropped = evidence.drop_unlayered(r.layer, r.pass_of, n, kind, spanned)
@@ -1045,7 +1046,7 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
     stack = np.full(len(k), -1, np.int64)
     signatures: list[set[int]] = []  # each stack's kernel names, to know it again in another pass
     base = 0
-    seen: dict[bytes, tuple[np.ndarray, np.ndarray, int, float, np.ndarray]] = {}
+    seen: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, int, float, np.ndarray] | None] = {}
     for idx in by_pass(pass_of, k.start):
         p = columns.at(idx)
         if name == "motif":
@@ -1132,19 +1133,24 @@ def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]
 OTHER_STACK = 12
 
 
-def _motif_of(p: _Pass, eager: bool, seen: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray, int, float, np.ndarray]:
-    """``motif_layers`` and ``_more_stacks`` of a pass, remembered in ``seen`` by its kernel
-    sequence where its kernel times played no part (the same replay again costs a lookup)."""
-    key = b"".join(np.ascontiguousarray(a).tobytes() for a in (p.token, p.short, p.kind, p.start_flag, p.residual_add,
-                                                                 p.activation)) + bytes([eager])
-    if key in seen:
-        got, run, period, score, local = seen[key]
+def _motif_of(p: _Pass, eager: bool, seen: dict[tuple[int, int, int], Any]) -> tuple[np.ndarray, np.ndarray, int, float, np.ndarray]:
+    """``motif_layers`` and ``_more_stacks`` of a pass, remembered in ``seen`` by a digest of its
+    kernel sequence where its kernel times played no part: the same replay again costs a lookup.
+    A sequence is kept from its second sighting on (decode replays whose attention kernels vary
+    with the context would each hold a copy of their layers for nothing)."""
+    sequence = b"".join(np.ascontiguousarray(a).tobytes() for a in (p.token, p.short, p.kind, p.start_flag, p.residual_add,
+                                                                      p.activation)) + bytes([eager])
+    key = (len(sequence), hash(sequence), zlib.crc32(sequence))  # two independent digests: 96 bits
+    del sequence
+    hit = seen.get(key)
+    if hit is not None:
+        got, run, period, score, local = hit
         return got.copy(), run.copy(), period, score, local.copy()
     before = _times_read[0]
     got, run, period, score = motif_layers(p, eager=eager)
     got, run, local = _more_stacks(p, got, run, eager)
     if _times_read[0] == before:
-        seen[key] = (got.copy(), run.copy(), period, score, local.copy())
+        seen[key] = (got.copy(), run.copy(), period, score, local.copy()) if key in seen else None
     return got, run, period, score, local
 
 

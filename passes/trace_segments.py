@@ -19,6 +19,7 @@ A pass is one forward step of the model, not one graph launch:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import cast
 
 import numpy as np
@@ -175,18 +176,22 @@ def kernel_steps(trace: Trace, host: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step: np.ndarray, replayed: np.ndarray,
-               start: np.ndarray, end: np.ndarray) -> np.ndarray:
+               start: np.ndarray, end: np.ndarray, name: np.ndarray) -> np.ndarray:
     """Passes with the eager kernels around a forward step's graphs joined to it: a step replays
     its model as graphs (whole, or in pieces) and launches its inputs' preparation before them and
     lm_head and sampling after them eagerly. So the eager kernels between two steps' layers (a
     replay's kernels, where it has no layers), where a graph is one of them, are the tail of one
     and the head of the next: they are cut where the GPU waits longest for the host (not at the
-    wait before the next step's first layer, where something lies between). Between two such
-    steps, the eager passes without layers (each fewer kernels than those two, on their GPU and in
-    their training step) join them; before the first or after the last step on a GPU, such a
-    pass joins its neighbour (one with graphs) unless a wait inside it is as long as half the
-    usual wait between steps (a step the profile cut keeps its side apart). Kernels come in start
-    order; passes are renumbered in order of their first kernels."""
+    wait before the next step's first layer, where something lies between). The eager passes
+    without layers that join a step each run fewer kernels than the GPU's steps usually do (the
+    median: a step the profile cut is no measure), on its GPU and in its training step: between
+    two steps, all of them; before the first or after the last step on a GPU, those beside it,
+    but for a step the profile cut, which keeps its side apart: what lies before the longest wait
+    inside a leading pass where the kernels after it are those that open every other step (by
+    ``name``), or after it in a trailing pass where the kernels before it are those that close
+    every other step; where the steps' heads or tails differ, what lies beyond a wait inside it
+    as long as half the usual wait between steps. Kernels come in start order; passes are
+    renumbered in order of their first kernels."""
     n = int(pass_of.max()) + 1 if len(pass_of) else 0
     graphs = _any_of(pass_of, replayed, n)
     if not n or not graphs.any() or replayed.all():  # an eager run's passes are cut by its layers' motif alone
@@ -196,6 +201,8 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
     size = np.bincount(pass_of, minlength=n)
     out = pass_of.copy()
     waits: list[int] = []
+    heads: Counter[bytes] = Counter()  # the eager kernels (names) that open a step after another, and that close one
+    tails: Counter[bytes] = Counter()
     edges: list[tuple[np.ndarray, np.ndarray, bool]] = []  # a leading or trailing pass: its kernels, their waits, whether it leads
     devices = unique(device)
     for d in devices.tolist():
@@ -224,18 +231,19 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
         todo[todo] &= eager_before[hi[todo] - 1] > eager_before[lo[todo]] - eager[lo[todo]]  # eager kernels lie between them
         del eager_before
         regions = [(int(lo[i]), int(hi[i]), i) for i in np.flatnonzero(todo).tolist()]
+        usual_step = float(median(size[seq[at_steps]])) if len(at_steps) else 0.0  # (not a step the profile cut: the median)
         ends = []  # a leading or trailing pass without layers beside the first or last step, outward
         for j, leads in ((int(at_steps[0]), True), (int(at_steps[-1]), False)) if len(at_steps) else ():
             near = int(seq[j])
             side = seq[:j][::-1] if leads else seq[j + 1 :]
             for x in side.tolist():
-                if not graphs[near] or steps[x] or size[x] >= size[near] or step_of[x] != step_of[near]:
+                if not graphs[near] or steps[x] or size[x] >= usual_step or step_of[x] != step_of[near]:
                     break
                 ends.append((x, near, leads))
         wait = _waits(s, e, [(x, y) for x, y, _ in regions] + [(int(first[x]), int(last[x]) + 1) for x, _, _ in ends])
         for (x0, x1, i), waited in zip(regions, wait):
             x, y, between = int(a[i]), int(b[i]), seq[at_steps[i] + 1 : at_steps[i + 1]]
-            if (graphs[between] | (size[between] >= min(size[x], size[y])) | (step_of[between] != step_of[x])).any():
+            if (graphs[between] | (size[between] >= usual_step) | (step_of[between] != step_of[x])).any():
                 continue
             cut = x0 + int(np.argmax(waited))  # the wait before the next step's first layer only where nothing lies between
             waits.append(int(waited[cut - x0]))
@@ -243,6 +251,8 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
             movable = span[eager[span] & isin(q[span], [x, y, *between.tolist()])]
             out[at(movable[movable < cut])] = x
             out[at(movable[movable >= cut])] = y
+            tails[name[at(movable[movable < cut])].tobytes()] += 1
+            heads[name[at(movable[movable >= cut])].tobytes()] += 1
         for (x, near, leads), waited in zip(ends, wait[len(regions) :]):
             kernels = np.arange(first[x], last[x] + 1)
             kernels, waited = kernels[q[kernels] == x], waited[q[kernels] == x]
@@ -250,12 +260,22 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
             out[at(kernels)] = near
     if not edges and not waits:
         return pass_of
-    if edges and waits:  # a wait as long as those between steps inside a leading or trailing pass: the profile cut a step there
+    if edges and waits:  # the profile cut a step inside a leading or trailing pass: its side stays apart
         usual = float(median(np.array(waits)))
+        head, tail = heads.most_common(1)[0][0], tails.most_common(1)[0][0]
         for kernels, waited, leads in edges:
-            inner = np.flatnonzero(waited[1:] >= usual / 2) + 1
-            if len(inner):
-                apart = kernels[: inner[-1]] if leads else kernels[inner[0] :]
+            apart = kernels[:0]
+            if len(kernels) > 1:  # at the longest wait inside it, the usual head after it (tail before it)
+                c = 1 + int(np.argmax(waited[1:]))
+                if leads and name[kernels[c:]].tobytes() == head:
+                    apart = kernels[:c]
+                elif not leads and name[kernels[:c]].tobytes() == tail:
+                    apart = kernels[c:]
+            if not len(apart):  # steps' heads or tails differ: a wait as long as those between steps
+                inner = np.flatnonzero(waited[1:] >= usual / 2) + 1
+                if len(inner):
+                    apart = kernels[: inner[-1]] if leads else kernels[inner[0] :]
+            if len(apart):
                 out[apart] = pass_of[apart[0]]
     # renumbered in order of their first kernels (the passes left keep their order; a joined one is gone)
     first = first_rows(out, n)

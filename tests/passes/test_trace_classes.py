@@ -131,24 +131,28 @@ def test_piecewise_pieces_join_into_one_pass(tmp_path):
     assert _counts(r) == [6, 6, 6, 6]
 
 
+@pytest.mark.parametrize("edge", ["first", "last"])
 @pytest.mark.parametrize("graphs", ["full", "piecewise"])
 @given(seed=st.integers(0, 2**16), keep=st.integers(1, 3))
-@settings(max_examples=8, deadline=None)
-def test_a_step_the_profile_cut_keeps_its_tail_apart(tmp_path_factory, graphs, seed, keep):
-    """The profile begins with the last ``keep`` eager kernels of a step (its sampling): they wait
-    for the host before the next step's inputs as long as steps do, so they are a pass of their own
-    (cut), not the next step's head; every other kernel is in its step."""
+@settings(max_examples=10, deadline=None)
+def test_a_step_the_profile_cut_keeps_its_side_apart(tmp_path_factory, graphs, edge, seed, keep):
+    """The profile begins with the last ``keep`` kernels of a step (its sampling), or ends with the
+    first ``keep`` of one (its inputs, a graph's first kernel): they are a pass of their own (cut),
+    not the next step's head or the last one's tail, however long the host made the GPU wait
+    between steps; every other kernel is in its step."""
     path = tmp_path_factory.mktemp("cut") / "cut.json.gz"  # a fresh folder per example (one may be tried twice)
     truth = gen_trace.generate(path, model="llama", layers=4, prefill=0, decode=4, graphs=graphs, seed=seed)
     trace = read_trace(path)
     layer, pass_, _ = truth_columns(trace, truth)
-    first = np.flatnonzero(pass_ == 0)
     cut = np.ones(len(pass_), bool)
-    cut[first[:-keep]] = False
+    if edge == "first":
+        cut[np.flatnonzero(pass_ == 0)[:-keep]] = False
+    else:
+        cut[np.flatnonzero(pass_ == pass_.max())[keep:]] = False
     trace.kernels = trace.kernels.take(cut)
     r = detect_layers(trace, "auto")
     layer, pass_ = layer[cut], pass_[cut]
-    assert r.layers_per_pass == [0, 4, 4, 4]
+    assert r.layers_per_pass == ([0, 4, 4, 4] if edge == "first" else [4, 4, 4, 0])
     assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
 
 
