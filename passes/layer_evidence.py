@@ -127,20 +127,20 @@ def odd_counts(layer: np.ndarray, pass_of: np.ndarray, stack: np.ndarray | None,
 
 
 def stray_heavy(layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray, start: np.ndarray) -> int:
-    """Attention and expert kernels in no layer though layers of their pass run before and after
-    them: every layer of a decoder holds its attention (or linear attention) and its experts, so
-    such a kernel is a layer the result missed (another kind of layer in a hybrid stack)."""
+    """Attention and expert kernels in no layer of a pass that has layers: every layer of a decoder
+    holds its attention (or linear attention) and its experts, and what a forward pass runs
+    around its layers (inputs, embedding, final norm, lm_head, sampling) holds neither, so such a
+    kernel is a layer the result missed: another kind of layer in a hybrid stack, between the
+    layers found or at either end (a hybrid stack's one full-attention layer after its linear
+    ones; a dense first layer before the MoE ones)."""
     inside = layer >= 0
     heavy = ((kind == ATTENTION) | (kind == MOE)) & ~inside
     if not inside.any() or not heavy.any():
         return 0
     n = int(pass_of.max()) + 1
-    first = np.full(n, np.iinfo(np.int64).max, np.int64)
-    last = np.full(n, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(first, pass_of[inside], start[inside])
-    np.maximum.at(last, pass_of[inside], start[inside])
-    q = pass_of[heavy]
-    return int(((start[heavy] > first[q]) & (start[heavy] < last[q])).sum())
+    layered = np.zeros(n, bool)
+    layered[pass_of[inside]] = True
+    return int(layered[pass_of[heavy]].sum())
 
 
 def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:

@@ -17,7 +17,7 @@ try:  # the parser re.compile runs (a private module: its absence means no filte
     from re import _constants as _c
     from re import _parser
 except ImportError:  # pragma: no cover - an interpreter without them
-    _parser = None  # type: ignore[assignment]
+    _parser = None
 
 #: a literal shorter than this rules out too little to be worth a test
 SHORTEST = 3

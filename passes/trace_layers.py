@@ -956,7 +956,7 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
     if stray:  # every decoder layer holds its attention and experts: a kind of layer was missed
         heavy = int(((kind == ATTENTION) | (kind == MOE)).sum())
         r.confidence = round(r.confidence * (1 - stray / max(heavy, 1)), 4)
-        r.warnings.append(f"{stray} attention or expert kernels lie between layers of their pass but in none: the layers "
+        r.warnings.append(f"{stray} attention or expert kernels of forward passes that have layers are in none: the layers "
                           "miss a kind of layer (a hybrid stack's?); --strategy boundary cuts at every layer's norm")
     if odd:  # one model runs the same layers in every forward pass: some of these are wrong
         r.confidence = round(r.confidence * (1 - len(odd) / compared), 4)
@@ -1061,10 +1061,14 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
             scores.append(_regularity(p.token, whole, run) * len(idx))  # kept halves do not change the choice
             got = whole if merge else got
         if columns.replayed[idx].all() and (got >= 0).any():
-            # a replay is one forward pass: its tail (final norm, lm_head) goes with the last layer
+            # a replay is one forward pass: its tail (final norm, lm_head, and the rest of a last
+            # layer the motif's phase cut) goes with the last layer; not a whole motif's length
+            # with attention in it, which is a layer of another kind (a hybrid stack's last)
             tail = int(np.nonzero(got >= 0)[0][-1])
-            got[tail:] = got[tail]
-            stack[idx[tail:]] = stack[idx[tail]]
+            rest = p.kind[tail + 1 :]
+            if not (name == "motif" and period and len(rest) >= period and (rest == ATTENTION).any()):
+                got[tail:] = got[tail]
+                stack[idx[tail:]] = stack[idx[tail]]
         if name == "motif" and not merge:
             got = _split_each_run(got, run, columns, idx)
         layer[idx] = got
@@ -1169,6 +1173,7 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
     begins, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
     extra, again = 0, False  # other stacks found; stretches of the first motif's layers found again
     first_motif = _usual_layer(p, got, run) if len(begins) else None
+    breaks = _idle_breaks(p) if eager and len(begins) else np.zeros(0, np.int64)
     for a, b in zip(begins.tolist(), ends.tolist()):
         if b - a < OTHER_STACK:
             continue
@@ -1177,7 +1182,11 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
         kinds = p.kind[a:b][inner >= 0]
         if len(ids) < 2 or not ((kinds == ATTENTION).sum() >= len(ids) or (kinds == MOE).sum() >= len(ids)):
             continue
-        if first_motif is not None and _same_layers_again(p, first_motif, a, inner, inner_run):
+        # after the host's wait between two forward passes, most kernels alike will do (a decode
+        # pass's linear attention runs one recurrent kernel where the prefill ran six chunked ones)
+        waited = a > 0 and bool(((breaks > a - 1) & (breaks <= a + int(np.argmax(inner >= 0)))).any())
+        if first_motif is not None and _same_layers_again(p, first_motif, a, inner, inner_run,
+                                                          SAME_LAYER_APART if waited else SAME_LAYER):
             # the first motif's layers again, with other kernel variants (a decode pass after a
             # prefill picks other GEMM tiles): a forward pass of its own, of the same stack; a
             # run boundary the first motif drew among them (at an idle wait) is dropped
@@ -1213,8 +1222,9 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
     return out, run, stack
 
 
-#: two layers whose kernels (short names, as multisets) share this share are the same layer
-SAME_LAYER = 0.8
+#: two layers whose kernels (short names, as multisets) share this share are the same layer; where
+#: the host waited between them as between forward passes, this one
+SAME_LAYER, SAME_LAYER_APART = 0.8, 0.5
 
 
 def _layer_shapes(short: np.ndarray, layer: np.ndarray) -> Counter[tuple[int, ...]]:
@@ -1237,19 +1247,20 @@ def _usual_layer(p: _Pass, got: np.ndarray, run: np.ndarray) -> tuple[int, tuple
     return usual, _layer_shapes(p.short, np.where(ours, got + run * width, -1)).most_common(1)[0][0]
 
 
-def _same_layers_again(p: _Pass, first: tuple[int, tuple[int, ...]], a: int, inner: np.ndarray, inner_run: np.ndarray) -> bool:
+def _same_layers_again(p: _Pass, first: tuple[int, tuple[int, ...]], a: int, inner: np.ndarray, inner_run: np.ndarray,
+                       share: float = SAME_LAYER) -> bool:
     """Whether a stretch's layers (``inner`` in its runs ``inner_run``, from ``a``) are the first
     motif's layers again (``first``: ``_usual_layer``): as many as a forward pass of the first
-    motif usually holds, and the usual layer of each has nearly the same kernels by short name (a
-    prefill and a decode pick other variants of a template or tile; a vision tower or an encoder
-    runs other kernels, a cross-attention more)."""
+    motif usually holds, and the usual layer of each shares ``share`` of its kernels by short name
+    (a prefill and a decode pick other variants of a template or tile; a vision tower or an
+    encoder runs other kernels, a cross-attention more)."""
     mine = inner >= 0
     usual, theirs = first
     if not mine.any() or len(unique(inner[mine])) != usual:
         return False
     layer = _layer_shapes(p.short[a : a + len(inner)], np.where(mine, inner + inner_run * (int(inner.max()) + 1), -1)).most_common(1)[0][0]
     shared = sum((Counter(layer) & Counter(theirs)).values())
-    return shared >= SAME_LAYER * max(len(layer), len(theirs))
+    return shared >= share * max(len(layer), len(theirs))
 
 
 def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -361,7 +361,7 @@ def test_thin_spans_do_not_decide(tmp_path):
 def test_split_half_layers_with_every_strategy(model, tmp_path):
     """``merge=False`` cuts every strategy's layers into their attention and FFN halves, the same
     halves the boundary strategy finds; merging them back gives the layers."""
-    depth = 8 if model in HYBRID else 4  # a hybrid's other layer kind must lie between layers to be seen
+    depth = 4  # a hybrid of 4 has one layer of its other kind, after the others: seen all the same
     trace, layer, pass_, per_pass = _with_spans(tmp_path, model=model, vendor="rocm", tp=8, layers=depth, seed=3)
     cls = kernel_table().classify(trace)
     halves = detect_layers(trace, "boundary", cls, merge=False)
@@ -535,7 +535,7 @@ def test_back_to_back_eager_passes_without_spans(model, tmp_path):
     for strategy in ("auto", "motif"):
         r = detect_layers(trace, strategy)
         if strategy == "motif" and model in HYBRID:
-            assert any("lie between layers of their pass but in none" in w for w in r.warnings)
+            assert any("of forward passes that have layers are in none" in w for w in r.warnings)
             continue
         assert r.layers_per_pass == per_pass == [MODELS[model].layers] * 2
         assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) >= 0.95
