@@ -18,8 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.bench.traces import SHARED
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("LAYERC_SHARED", ROOT.parent / "shared"))
 LAYERC = [sys.executable, "-m", "layerc.tools.driver"]
 #: processes run as an installed package runs: from compiled bytecode (pip writes it at install;
 #: a PYTHONDONTWRITEBYTECODE checkout would compile every module at every start)

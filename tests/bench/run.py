@@ -179,11 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     _progress("timing layer slicing")
     layer = bench_layers(next(r for r in rows if r["file"] == "DeepSeek-V3, 61 layers")["path"], 3 if args.quick else 5)
     _progress("timing trace loading beside HolisticTraceAnalysis")
-    from tests.bench.traces import bench_nsys_million, bench_traces
+    from tests.bench.traces import SHARED, bench_nsys_million, bench_traces
     from tests.bench.traces import report as trace_report
 
-    shared = Path(__file__).resolve().parents[1].parent / "shared"
-    traces = bench_traces(shared, 3 if args.quick else 5) if shared.is_dir() else []
+    traces = bench_traces(SHARED, 3 if args.quick else 5)
     million = bench_nsys_million()
     _progress("")
     sys.stdout.write(report(rows, whole, layer))

@@ -26,8 +26,9 @@ def hwm_kb():  # the process's own peak RSS (ru_maxrss would carry the forking p
 
 which, path = sys.argv[1], sys.argv[2]
 logging.disable(logging.WARNING)
-if which == "layerc":
+if which == "layerc":  # the readers imported before the clock starts, as HTA's are
     from layerc.grammar.traces import read_trace
+    import layerc.grammar.kineto, layerc.grammar.nsys
     base = hwm_kb()
     t = time.perf_counter()
     trace = read_trace(path)
@@ -65,6 +66,8 @@ def _best(which: str, path: str, repeat: int) -> dict:
 
 
 def bench_traces(shared: Path, repeat: int = 5) -> list[dict]:
+    if not (shared / "data" / "traces" / "torch").is_dir():  # an empty table would look like a measurement
+        raise SystemExit(f"no real traces in {shared}/data/traces/torch: set LAYERC_SHARED to the shared folder")
     rows = []
     have_hta = shutil.which(sys.executable) and _has("hta")
     tmp = Path(tempfile.mkdtemp(prefix="layerc-bench-traces-"))
@@ -150,9 +153,12 @@ def report(rows: list[dict], million: dict | None) -> str:
     return "\n".join(out) + "\n"
 
 
+#: the project's shared folder beside the checkout (``../shared``), or ``LAYERC_SHARED``
+SHARED = Path(os.environ.get("LAYERC_SHARED", Path(__file__).resolve().parents[2].parent / "shared"))
+
+
 def main() -> int:
-    shared = Path(os.environ.get("LAYERC_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
-    rows = bench_traces(shared)
+    rows = bench_traces(SHARED)
     million = bench_nsys_million()
     sys.stdout.write(report(rows, million))
     return 0
