@@ -186,11 +186,12 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
     without layers that join a step each run fewer kernels than the GPU's steps usually do (the
     median: a step the profile cut is no measure), on its GPU and in its training step: between
     two steps, all of them; before the first or after the last step on a GPU, those beside it,
-    but for a step the profile cut, which keeps its side apart: what lies before the longest wait
-    inside a leading pass where the kernels after it are those that open every other step (by
-    ``name``), or after it in a trailing pass where the kernels before it are those that close
-    every other step; where the steps' heads or tails differ, what lies beyond a wait inside it
-    as long as half the usual wait between steps. Kernels come in start order; passes are
+    but for a step the profile cut, which keeps its side apart: taking the kernels before the
+    first step as one (a strategy may have cut them into passes already), and those after the
+    last, what lies before their longest wait where the kernels after it are those that open
+    every other step (by ``name``), or after it where the kernels before it are those that close
+    every other step; where the steps' heads or tails differ, what lies beyond a wait as long as
+    half the usual wait between steps. Kernels come in start order; passes are
     renumbered in order of their first kernels."""
     n = int(pass_of.max()) + 1 if len(pass_of) else 0
     graphs = _any_of(pass_of, replayed, n)
@@ -253,11 +254,16 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
             out[at(movable[movable >= cut])] = y
             tails[name[at(movable[movable < cut])].tobytes()] += 1
             heads[name[at(movable[movable >= cut])].tobytes()] += 1
+        block: dict[bool, list[tuple[np.ndarray, np.ndarray]]] = {}  # the passes before the first step, and after the last
         for (x, near, leads), waited in zip(ends, wait[len(regions) :]):
             kernels = np.arange(first[x], last[x] + 1)
             kernels, waited = kernels[q[kernels] == x], waited[q[kernels] == x]
-            edges.append((at(kernels), waited, leads))
+            block.setdefault(leads, []).append((kernels, waited))
             out[at(kernels)] = near
+        for leads, parts in block.items():  # each side as one: a cut step's rest may be a pass of its own already
+            kernels, waited = np.concatenate([k for k, _ in parts]), np.concatenate([w for _, w in parts])
+            order = np.argsort(kernels, kind="stable")
+            edges.append((at(kernels[order]), waited[order], leads))
     if not edges and not waits:
         return pass_of
     if edges and waits:  # the profile cut a step inside a leading or trailing pass: its side stays apart
