@@ -807,11 +807,17 @@ def _is_half_layer(kind: np.ndarray) -> bool:
 
 def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray) -> int:
     """End of a pass's last half layer: through its last all-reduce when there are all-reduces,
-    else through its heavy kernels up to the first gap in the pattern (lm_head follows the norm)."""
+    else through its heavy kernels and what follows them up to the final norm (a gated output's
+    multiply, the residual add: the layer's; lm_head follows the norm), or through its heavy
+    kernels where no norm follows."""
     comm = heavy[p.kind[heavy] == COMMUNICATION]
     if len(comm):
         return int(comm[0]) + 1
-    return int(heavy[-1]) + 1 if len(heavy) else s + 1
+    if not len(heavy):
+        return s + 1
+    end = int(heavy[-1]) + 1
+    norm = np.flatnonzero(p.start_flag[end:] | (p.kind[end:] == NORM))
+    return end + int(norm[0]) if len(norm) else end
 
 
 def merge_half_layers(layer: np.ndarray, kind: np.ndarray) -> np.ndarray:

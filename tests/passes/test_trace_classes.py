@@ -300,6 +300,21 @@ def test_a_shallow_hybrid_stack_whatever_it_ends_with(tmp_path, layers, graphs, 
     assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) >= 0.98
 
 
+@pytest.mark.parametrize("graphs", ["none", "full", "piecewise"])
+@pytest.mark.parametrize("model", sorted(set(gen_trace.MODELS) - {"vlm"}))  # (a vision tower is no layer-start norm's)
+def test_the_norms_place_the_last_layer_whole(tmp_path, model, graphs):
+    """Without all-reduces (one GPU), the layer-start norms end a pass's last layer at the final
+    norm, not at its last GEMM: what follows that GEMM (a gated output's multiply, the shared
+    experts' gate) is the layer's, on every kernel."""
+    path = tmp_path / "n.json.gz"
+    truth = gen_trace.generate(path, model=model, layers=8, prefill=1, decode=2, graphs=graphs, tp=1, seed=1)
+    trace = read_trace(path)
+    layer, pass_, _ = truth_columns(trace, truth)
+    r = detect_layers(trace, "boundary")
+    assert r.layers_per_pass == [p["layers"] for p in truth["passes"]]
+    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
+
+
 def test_a_hybrid_stack_with_fused_all_reduces_says_what_it_missed(tmp_path):
     """Known limit: with each all-reduce fused into the norm after it, no layer-start norm follows
     an all-reduce, so the boundary strategy finds nothing, and the motif places one kind of a
