@@ -155,7 +155,7 @@ def test_a_step_the_profile_cut_keeps_its_side_apart(tmp_path_factory, graphs, e
     r = detect_layers(trace, "auto")
     layer, pass_ = layer[cut], pass_[cut]
     assert r.layers_per_pass == ([0, 4, 4, 4] if edge == "first" else [4, 4, 4, 0])
-    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) >= 0.98  # (a piecewise hybrid's last kernel: 0.994)
+    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
 
 
 @pytest.mark.parametrize("modules", ["none", "tree"])
@@ -297,7 +297,7 @@ def test_a_shallow_hybrid_stack_whatever_it_ends_with(tmp_path, layers, graphs, 
     layer, pass_, _ = truth_columns(trace, truth)
     r = detect_layers(trace, "auto")
     assert r.layers_per_pass == [p["layers"] for p in truth["passes"]]
-    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) >= 0.98
+    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
 
 
 @pytest.mark.parametrize("graphs", ["none", "full", "piecewise"])
