@@ -1277,10 +1277,32 @@ def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.nd
         if by_norms is not None:  # (a replay is one forward pass: its norms open it once)
             run, halves, whole = by_norms
             return halves, run, whole
-    run = np.zeros(len(p.token), np.int64)
-    if eager:
-        run[_idle_breaks(p)] = 1
-        run = np.cumsum(run)
+    if not eager:
+        return _boundary_of_runs(p, np.zeros(len(p.token), np.int64))
+    breaks = _idle_breaks(p)
+    first = found = _boundary_of_runs(p, _runs_at(breaks, len(p.token)))
+    for _ in range(CUT_ROUNDS):
+        counts = set(per_pass_counts(found[2], found[1])) - {0}
+        if len(counts) <= 1 or not len(breaks):
+            return found
+        # the forward passes hold different numbers of layers: a run may hold two of them,
+        # parted by a shorter wait than those between the others (as the motif's rounds do)
+        shorter = _idle_breaks(p, below=int(_idle_waits(p)[breaks - 1].min()))
+        if len(shorter) <= len(breaks):
+            break
+        breaks = shorter
+        found = _boundary_of_runs(p, _runs_at(breaks, len(p.token)))
+    return first
+
+
+def _runs_at(breaks: np.ndarray, n: int) -> np.ndarray:
+    run = np.zeros(n, np.int64)
+    run[breaks] = 1
+    return np.cumsum(run)
+
+
+def _boundary_of_runs(p: _Pass, run: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boundary half layers and merged layers of each run of ``p`` alone."""
     halves, whole = np.full(len(run), -1, np.int64), np.full(len(run), -1, np.int64)
     for r in unique(run).tolist():
         sel = np.nonzero(run == r)[0]

@@ -315,6 +315,23 @@ def test_the_norms_place_the_last_layer_whole(tmp_path, model, graphs):
     assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("vendor", ["cuda", "rocm"])
+@pytest.mark.parametrize("tp", [1, 8])
+@pytest.mark.parametrize("model", sorted(set(gen_trace.MODELS) - {"vlm"}))
+def test_the_norms_cut_eager_passes_at_shorter_waits(tmp_path, model, tp, vendor, seed):
+    """Eager prefill and decode steps back to back, by the layer-start norms alone: where the
+    longest waits leave two forward passes in one run (more layers than the others hold), the
+    runs are cut again at shorter waits until they agree, as the motif's are."""
+    path = tmp_path / "e.json.gz"
+    truth = gen_trace.generate(path, model=model, layers=6 if model != "qwen3_next" else 8, prefill=1, decode=2, graphs="none",
+                               tp=tp, vendor=vendor, seed=seed)
+    trace = read_trace(path)
+    layer, pass_, _ = truth_columns(trace, truth)
+    r = detect_layers(trace, "boundary")
+    assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
+
+
 def test_a_hybrid_stack_with_fused_all_reduces_says_what_it_missed(tmp_path):
     """Known limit: with each all-reduce fused into the norm after it, no layer-start norm follows
     an all-reduce, so the boundary strategy finds nothing, and the motif places one kind of a
