@@ -406,6 +406,14 @@ def first_rows(ids: np.ndarray, n: int, missing: int = -1) -> np.ndarray:
     return out
 
 
+def last_rows(ids: np.ndarray, n: int) -> np.ndarray:
+    """Per id below ``n``, the last row of ``ids`` that holds it (-1 where none): one scatter in
+    order, where the last write wins."""
+    out = np.full(n, -1, np.int64)
+    out[ids] = np.arange(len(ids))
+    return out
+
+
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` for an integer column, without its sort where
     the values span a range not much wider than their count (ids, keys of dense ids): a table

@@ -395,7 +395,7 @@ def motif_layers(p: _Pass, eager: bool = False) -> tuple[np.ndarray, np.ndarray,
         elif alike:
             return layer, run, period, score
         else:  # no stall to blame, and no forward passes alike: the waits between them are shorter
-            below = int(_idle_waits(p)[breaks - 1].min())
+            below = _shortest_break(p, breaks)
     return got
 
 
@@ -577,6 +577,12 @@ def _idle_waits(p: _Pass) -> np.ndarray:
     """Per kernel but the first, how long the GPU sat idle before it: its start after the latest
     end of the kernels before it (negative where it overlaps them)."""
     return p.start[1:] - np.maximum.accumulate(p.end)[:-1]
+
+
+def _shortest_break(p: _Pass, breaks: np.ndarray) -> int:
+    """The shortest of the waits before ``breaks``: where passes are cut again at shorter waits,
+    the longest wait below it sets the next limit (``_idle_breaks``'s ``below``)."""
+    return int(_idle_waits(p)[breaks - 1].min())
 
 
 def _idle_breaks(p: _Pass, of_longest: float = 0.5, stalled: np.ndarray | None = None, below: int | None = None) -> np.ndarray:
@@ -1282,12 +1288,12 @@ def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.nd
     breaks = _idle_breaks(p)
     first = found = _boundary_of_runs(p, _runs_at(breaks, len(p.token)))
     for _ in range(CUT_ROUNDS):
-        counts = set(per_pass_counts(found[2], found[1])) - {0}
-        if len(counts) <= 1 or not len(breaks):
+        _, run, whole = found
+        if len(set(per_pass_counts(whole, run)) - {0}) <= 1 or not len(breaks):
             return found
         # the forward passes hold different numbers of layers: a run may hold two of them,
         # parted by a shorter wait than those between the others (as the motif's rounds do)
-        shorter = _idle_breaks(p, below=int(_idle_waits(p)[breaks - 1].min()))
+        shorter = _idle_breaks(p, below=_shortest_break(p, breaks))
         if len(shorter) <= len(breaks):
             break
         breaks = shorter
@@ -1296,6 +1302,7 @@ def _boundary_runs(p: _Pass, eager: bool) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def _runs_at(breaks: np.ndarray, n: int) -> np.ndarray:
+    """Per position of a pass of ``n`` kernels, its run: a new one opens at each break."""
     run = np.zeros(n, np.int64)
     run[breaks] = 1
     return np.cumsum(run)

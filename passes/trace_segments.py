@@ -24,7 +24,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, first_rows, group_order, isin, median, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, first_rows, group_order, isin, last_rows, median, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -217,9 +217,9 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
             return mine[i] if len(mine) else i
 
         core = np.where(layered[q], (layer if not len(mine) else layer[mine]) >= 0, ~eager)  # a step's layers, or its graphs
-        first, last = first_rows(q, n), len(q) - 1 - first_rows(q[::-1], n, len(q))
+        first, last = first_rows(q, n), last_rows(q, n)
         qc = np.where(core, q, n)  # a step's core kernels (the rest under id n)
-        first_core, last_core = first_rows(qc, n + 1), len(q) - 1 - first_rows(qc[::-1], n + 1, len(q))
+        first_core, last_core = first_rows(qc, n + 1), last_rows(qc, n + 1)
         del qc, core
         seq = np.flatnonzero(first >= 0)
         seq = seq[np.argsort(first[seq], kind="stable")]  # the GPU's passes in time order

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, strategies as st
 
-from layerc.ir.trace import distinct, isin, median, unique, unique_inverse
+from layerc.ir.trace import distinct, first_rows, isin, last_rows, median, unique, unique_inverse
 
 COLUMNS = st.one_of(st.lists(st.integers(-5, 60)),  # ids: a dense range, the table path
                     st.lists(st.integers(-(1 << 62), 1 << 62)))  # sparse keys: the search path
@@ -43,3 +43,13 @@ def test_the_numpy_ma_free_helpers_are_numpy(values, small, dtype):
     big = np.arange(1 << 17) % 977  # past the length where unique leaves the work to np.unique
     assert np.array_equal(unique(big), np.arange(977)) and np.isnan(median(np.zeros(0)))
     assert np.array_equal(isin(big, [3, 976, 2000]), np.isin(big, [3, 976, 2000])) and median(big) == np.median(big)
+
+
+@given(st.lists(st.integers(0, 9), max_size=60), st.integers(10, 12))
+def test_first_and_last_rows_of_each_id(ids, n):
+    """Each id's first and last row, -1 for an id that no row holds, as a scan finds them."""
+    column = np.array(ids, np.int64)
+    first, last = first_rows(column, n), last_rows(column, n)
+    for i in range(n):
+        rows = [r for r, v in enumerate(ids) if v == i]
+        assert first[i] == (rows[0] if rows else -1) and last[i] == (rows[-1] if rows else -1)
