@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import atexit
-import gzip
 import os
 import signal
 import stat
@@ -240,6 +239,8 @@ def open_staged(tmp: Path, path: str | os.PathLike, mode: str = "w") -> Iterator
         return
     with open(tmp, mode, buffering=1 << 20) as raw:
         if os.fspath(path).endswith(".gz"):
+            import gzip
+
             with gzip.GzipFile(filename=Path(path).name[:-3], mode="wb", fileobj=raw, compresslevel=3, mtime=0) as z:
                 yield cast(IO[bytes], z)
         else:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from layerc.passes.trace_layers import LayerResult
 
 
-@dataclass
+@dataclass(eq=False)
 class Analysis:
     """Everything the outputs show, computed once."""
 

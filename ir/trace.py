@@ -57,7 +57,10 @@ class Strings:
         return len(self.values)
 
 
-@dataclass
+# Tables and traces compare by identity (a comparison of columns is an array, not a truth value)
+# and print their size: their dataclass makes only ``__init__`` (each method a dataclass makes is
+# compiled as the module loads, and a small run pays it).
+@dataclass(eq=False, repr=False)
 class Table:
     """Equal-length numpy columns; subclasses name them (``COLUMNS``: name → dtype)."""
 
@@ -93,6 +96,9 @@ class Table:
         first = fields(self)[0].name
         return len(getattr(self, first))
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} rows)"
+
     def take(self, index: np.ndarray) -> Self:
         """The rows selected by a boolean mask or an index array, as a new table."""
         return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -108,7 +114,7 @@ class Table:
 _I64, _I32 = "int64", "int32"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Kernels(Table):
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "device": _I32, "stream": _I64, "correlation": _I64,
@@ -142,7 +148,7 @@ class Kernels(Table):
 LAUNCH_RUNTIME, LAUNCH_DRIVER = 0, 1
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Launches(Table):
     """Host API calls (CUDA/HIP runtime and driver), names without their ``_v7000`` suffixes."""
 
@@ -161,7 +167,7 @@ class Launches(Table):
     row: np.ndarray
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class CpuOps(Table):
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "name": _I32, "external_id": _I64,
@@ -181,7 +187,7 @@ class CpuOps(Table):
 ANNOTATION_NVTX, ANNOTATION_USER, ANNOTATION_GPU = 0, 1, 2
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Annotations(Table):
     """NVTX ranges, ``record_function`` ranges, and their GPU projections (``gpu_user_annotation``,
     where ``pid``/``tid`` are the device and stream)."""
@@ -201,7 +207,7 @@ class Annotations(Table):
 MEMCPY, MEMSET = 0, 1
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class MemOps(Table):
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "device": _I32, "stream": _I64, "correlation": _I64, "bytes": _I64,
@@ -219,7 +225,7 @@ class MemOps(Table):
     row: np.ndarray
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Modules(Table):
     """``nn.Module`` forward spans (``python_function`` events named ``nn.Module: X_N``)."""
 
@@ -235,7 +241,7 @@ class Modules(Table):
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch|^hipGraphLaunch")
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Trace:
     source: str
     format: str  #: "nsys" or "kineto"
@@ -252,6 +258,9 @@ class Trace:
     device_kinds: dict[int, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"Trace({self.source!r}, {self.format}, {len(self.kernels)} kernels)"
 
     # -- links -----------------------------------------------------------------------------
     def kernel_launch(self) -> np.ndarray:

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable, cast
 
@@ -46,6 +45,7 @@ import numpy as np
 from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.trace import Trace, first_rows
+from layerc.passes import data_cache
 from layerc.passes.regex_literals import Literals, literals
 from layerc.passes.user_regex import compile_user_regex
 
@@ -76,11 +76,17 @@ class KernelKind:
 
 @dataclass(frozen=True)
 class _Entry:
-    pattern: re.Pattern[str]
+    match: str  #: the regex (checked when its table was read)
     kind: KernelKind
     examples: tuple[str, ...] = ()
     source: str = ""  #: "file: entry N" for messages
     templated: bool = False  #: ``short`` refers to the match's groups
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """Compiled where first searched: a trace of a few names, whose literals rule most entries
+        out, compiles a few of the 139 (``re``'s own cache holds those a table's check compiled)."""
+        return compile_user_regex(self.match)
 
     @property
     def type_index(self) -> int:
@@ -98,7 +104,7 @@ class _Entry:
         return bits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Classification:
     """Per kernel of a trace (all arrays as long as ``trace.kernels``)."""
 
@@ -124,10 +130,12 @@ FILTER_FROM = 16
 
 
 class KernelTable:
-    def __init__(self, entries: list[_Entry]):
+    def __init__(self, entries: list[_Entry], filters: list[Literals | None] | None = None):
         self.entries = entries
         self._memo: dict[str, tuple[int, str | None]] = {}
-        self._filters: list[Literals | None] = []  # per entry, what a name must hold to match it (once found)
+        # per entry, what a name must hold to match it: given (the cached tables'), or found
+        # from FILTER_FROM names on
+        self._filters: list[Literals | None] = filters or []
         n = len(entries) + 1  # the last slot is "no entry"
         self._type = np.array([e.type_index for e in entries] + [_OTHER], np.int8)
         self._stage = np.array([e.stage_index for e in entries] + [UNKNOWN_STAGE], np.int8)
@@ -180,7 +188,7 @@ class KernelTable:
         slot[names] = np.arange(len(names), dtype=np.int32)
         inverse = slot[ids]
         if len(names) >= FILTER_FROM and not self._filters:
-            self._filters = [literals(e.pattern.pattern, e.pattern.flags) for e in self.entries]
+            self._filters = _literals(self.entries)
         first = first_rows(inverse, len(names))  # one kernel per distinct name (for its own short)
         entry = np.empty(len(names), np.int32)
         short = np.empty(len(names), np.int32)
@@ -198,7 +206,13 @@ class KernelTable:
         return c.short, c.type
 
 
+def _literals(entries: list[_Entry]) -> list[Literals | None]:
+    return [literals(e.pattern.pattern, e.pattern.flags) for e in entries]
+
+
 def _load(path: Path, text: str) -> tuple[int, list[_Entry]]:
+    import tomllib  # not where the tables come from the cache
+
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -255,7 +269,7 @@ def _entry(path: Path, family: str, i: int, entry: dict[str, Any]) -> _Entry:
         ):
             raise bad(f"short refers to group {named or number}, which match does not have")
     kind = KernelKind(short, type_, family, stage, layer_start, tuple(marks))
-    return _Entry(pattern, kind, tuple(examples), f"{path}: {where}", bool(refs))
+    return _Entry(entry["match"], kind, tuple(examples), f"{path}: {where}", bool(refs))
 
 
 def _read_dir(files: Iterable[tuple[Path, str]]) -> list[_Entry]:
@@ -271,13 +285,46 @@ def builtin_files() -> list[tuple[Path, str]]:
     return [(item, item.read_text(encoding="utf-8")) for item in root.iterdir() if item.name.endswith(".toml")]
 
 
-@lru_cache(maxsize=4)
 def kernel_table(extra: str | None = None) -> KernelTable:
     """The built-in families, after the user's (``extra`` or ``LAYERC_KERNEL_TABLES``)."""
+    return _tables(extra or os.environ.get("LAYERC_KERNEL_TABLES", ""))
+
+
+@lru_cache(maxsize=4)
+def _tables(user_dirs: str) -> KernelTable:
     entries: list[_Entry] = []
-    for directory in filter(None, (extra or os.environ.get("LAYERC_KERNEL_TABLES", "")).split(os.pathsep)):
+    for directory in filter(None, user_dirs.split(os.pathsep)):
         if not Path(directory).is_dir():
             raise LayercError(f"kernel tables: no directory {directory}")
         entries += _read_dir((p, inputs.read_text(p)) for p in sorted(Path(directory).glob("*.toml")))
-    entries += _read_dir(builtin_files())
-    return KernelTable(entries)
+    if entries:
+        return KernelTable(entries + _read_dir(builtin_files()))
+    return builtin_table(data_cache.beside(__file__, "tables"))
+
+
+def builtin_table(cache: Path | None) -> KernelTable:
+    """The built-in families, from ``cache`` where it holds them as they are now (their entries
+    and each one's literals: no TOML, no regex parsed), else read, and kept there."""
+    files = builtin_files()
+    key = (sorted((str(p), text) for p, text in files), [_stamp(m) for m in (__file__, literals.__code__.co_filename)])
+    rows = data_cache.read(cache, key)
+    if rows is not None:
+        return KernelTable([_Entry(match, KernelKind(*kind), examples, source, templated) for match, kind, examples, source, templated, _ in rows],
+                           [f and Literals(*f) for *_, f in rows])
+    entries = _read_dir(files)
+    if not data_cache.writable(cache):
+        return KernelTable(entries)
+    filters = _literals(entries)
+    data_cache.write(cache, key, [(e.match, _kind_row(e.kind), e.examples, e.source, e.templated, f and (f.needles, f.fold))
+                                  for e, f in zip(entries, filters)])
+    return KernelTable(entries, filters)
+
+
+def _kind_row(k: KernelKind) -> tuple[Any, ...]:
+    return k.short, k.type, k.family, k.stage, k.layer_start, k.marks
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    """The code that derives what the cache holds, as Python stamps a module's bytecode."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size

@@ -25,7 +25,7 @@ LAYER_TYPES = ("MLA_MOE", "MLA_FC", "MHA_MOE", "MHA_FC", "GDN_MOE", "GDN_FC", "M
 _ATTENTION, _MOE, _LINEAR = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LayerTable:
     """One row per layer, in pass order then layer order (columnar, like the trace IR)."""
 

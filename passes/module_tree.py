@@ -57,7 +57,7 @@ class Stack:
     offset: int  #: layer numbers of this stack start here (stacks are numbered one after another)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Spans:
     """Per kernel, what the layer spans say (-1 where no layer span holds its launch)."""
 
@@ -68,7 +68,7 @@ class Spans:
     stacks: tuple[Stack, ...] = ()
 
 
-@dataclass
+@dataclass(eq=False)
 class _Table:
     """Candidate spans as columns: class id, instance, start, end, thread."""
 

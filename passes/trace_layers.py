@@ -64,7 +64,7 @@ _BINARY_ADD = re.compile(r"(?i)(?<!OnSelf_)add")  #: ``OnSelf`` adds are tensor-
 ACTIVATION = re.compile(r"(?i)act_and_mul|silu|gelu|swiglu|relu")
 
 
-@dataclass
+@dataclass(eq=False)
 class LayerResult:
     layer: np.ndarray  #: per kernel: the layer index within its pass, or -1
     pass_of: np.ndarray  #: per kernel: the pass index (a replay, or one eager forward pass)
@@ -208,7 +208,7 @@ def _few_layers(tokens: np.ndarray, kind: np.ndarray, best: int, score: float) -
     return (found, float(np.mean(tokens[found:] == tokens[:-found]))) if found != best else (best, score)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Pass:
     """One pass's kernels in launch order, with what the strategies look at."""
 
@@ -897,7 +897,7 @@ def _after_attention_output(p: _Pass, pos: np.ndarray) -> int:
     return int(pos[j]) if j < len(pos) else -1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Columns:
     """Trace-wide columns the strategies read, cut into one ``_Pass`` per pass."""
 

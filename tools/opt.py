@@ -127,7 +127,7 @@ def verify(args: argparse.Namespace, pm, ctx, module) -> int:
     them with the expected-diagnostic comments of the input's files; only mismatches print."""
     from layerc.grammar.input_kinds import commented_files
     from layerc.grammar.inputs import read_text
-    from layerc.ir.diagnostics import expected_diagnostics, verify_diagnostics
+    from layerc.ir.expected_diagnostics import expected_diagnostics, verify_diagnostics
 
     try:
         pm.run(ctx, module)

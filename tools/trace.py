@@ -115,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
         counts = ", ".join(f"pass {q}: {a.layers.layers_per_pass[q]}" for q in off[:6]) + (" ..." if len(off) > 6 else "")
         warn(args, f"--num-layers {args.num_layers}, but {len(off)} complete pass(es) have another count ({counts}); "
              "the layers found are reported as they are", args.trace)
-    from layerc.backends.registry import emitter
-
     for path, fmt in ((args.json, "json"), (args.csv, "csv"), (args.perfetto, perfetto_format(args.perfetto))):
         if path:
+            from layerc.backends.registry import emitter
+
             options = {"num_layers": args.num_layers} if fmt == "json" else {}
             emitter("trace", fmt).write(module, path, stage=args.stage, **options)
     show(a, args)

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from layerc.ir.diagnostics import (Diagnostic, DiagnosticEngine, LayercError, Location, expected_diagnostics,
-                                   verify_diagnostics)
+from layerc.ir.diagnostics import Diagnostic, DiagnosticEngine, LayercError, Location
+from layerc.ir.expected_diagnostics import expected_diagnostics, verify_diagnostics
 from tests.layerc_cli import run_layerc
 
 MODEL = '''import torch

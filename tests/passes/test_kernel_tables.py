@@ -146,15 +146,11 @@ def test_user_directory_overrides_builtin(tmp_path, monkeypatch):
         'family = "mine"\n[[kernel]]\nmatch = "Cijk_"\nshort = "my_gemm"\ntype = "other"\nstage = "decode"\n'
         'marks = ["moe", "fc"]\nexamples = ["Cijk_Alik"]\n'
     )
-    monkeypatch.setenv("LAYERC_KERNEL_TABLES", str(tmp_path))
-    kernel_table.cache_clear()
-    try:
-        k = kernel_table().lookup("Cijk_Alik_Bljk_BBS_BH")
-        assert (k.short, k.type, k.family, k.stage, k.marks) == ("my_gemm", "OTHER", "mine", "decode", ("moe", "fc"))
-        assert kernel_table().lookup("nvjet_tst_128x256").family == "gemm"  # built-ins still there
-    finally:
-        monkeypatch.delenv("LAYERC_KERNEL_TABLES")
-        kernel_table.cache_clear()
+    monkeypatch.setenv("LAYERC_KERNEL_TABLES", str(tmp_path))  # read at each call: no tables kept from before
+    k = kernel_table().lookup("Cijk_Alik_Bljk_BBS_BH")
+    assert (k.short, k.type, k.family, k.stage, k.marks) == ("my_gemm", "OTHER", "mine", "decode", ("moe", "fc"))
+    assert kernel_table().lookup("nvjet_tst_128x256").family == "gemm"  # built-ins still there
+    monkeypatch.delenv("LAYERC_KERNEL_TABLES")
     assert kernel_table().lookup("Cijk_Alik_Bljk_BBS_BH").short == "hipblaslt_gemm"
 
 

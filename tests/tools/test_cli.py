@@ -104,3 +104,27 @@ def test_an_output_directory_that_is_a_file_is_a_clear_error(tmp_path):
         r = layerc(*args)
         assert r.returncode == 1 and r.stderr.strip() == f"{blocker}: error: a file, not a directory"
     assert blocker.read_text() == "keep me"
+
+
+
+_HELP = """
+import argparse, sys
+from layerc.tools import driver
+if sys.argv[1] == "argparse":
+    driver._Formatter = argparse.HelpFormatter
+driver.main(["trace", "--help"])
+"""
+
+
+def test_help_is_laid_out_as_argparse_lays_it_out():
+    """The help formatter asks the terminal's width as ``shutil.get_terminal_size`` does
+    (``COLUMNS``, else the terminal, else 80) without importing shutil: the same help, at any
+    width, as argparse's own formatter gives."""
+    import os
+
+    for columns in ("50", "120", "", "zero", "-3"):
+        env = {**os.environ, "COLUMNS": columns}
+        ours, theirs = (subprocess.run([sys.executable, "-c", _HELP, which], capture_output=True, text=True, env=env, timeout=60)
+                        for which in ("layerc", "argparse"))
+        assert ours.returncode == theirs.returncode == 0, ours.stderr + theirs.stderr
+        assert ours.stdout == theirs.stdout and len(ours.stdout.splitlines()) > 10
