@@ -267,7 +267,8 @@ class Trace:
         """For every kernel, the index of the host call that launched it, or -1. Correlation ids
         are per process: where kernels know their process, the process must match too."""
         k, l = self.kernels, self.launches
-        if len(k) and (k.pid >= 0).all():
+        one_process = len(k) and len(l) and int(k.pid.min()) == int(k.pid.max()) == int(l.pid.min()) == int(l.pid.max())
+        if len(k) and (k.pid >= 0).all() and not one_process:
             return link(_process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation))
         return link(k.correlation, l.correlation)
 
@@ -290,9 +291,17 @@ class Trace:
         return isin(self.launches.name, ids)
 
     def replayed(self) -> np.ndarray:
-        """Per kernel: whether a graph launch ran it (a CUDA/HIP graph replay)."""
+        """Per kernel: whether a graph launch ran it (a CUDA/HIP graph replay). Read-only, and
+        made once while the kernel and launch tables are the same (a trace's passes and report
+        ask it half a dozen times: a search of every kernel's correlation id each)."""
+        memo = self.__dict__.get("_replayed")
+        if memo is not None and memo[0] is self.kernels and memo[1] is self.launches:
+            return cast(np.ndarray, memo[2])
         graph = self.launches.correlation[self.graph_launch_mask()]
-        return isin(self.kernels.correlation, graph[graph >= 0])
+        out = isin(self.kernels.correlation, graph[graph >= 0])
+        out.flags.writeable = False
+        self.__dict__["_replayed"] = (self.kernels, self.launches, out)
+        return out
 
     def replays(self) -> dict[int, np.ndarray]:
         """Graph replays: launch correlation → indices of the kernels it ran, in start order."""
@@ -434,12 +443,13 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if hi - lo > 4 * len(values) + 4096 or values.dtype.kind != "i":  # sparse: the distinct values (hashed), then a search
         ids = unique(values)
         return ids, np.searchsorted(ids, values).astype(np.int64)
-    shifted = values.astype(np.int64) - lo  # (in the column's own type, int8 or int16 would wrap)
+    shifted = values.astype(np.int64, copy=False) - lo  # (in the column's own type, int8 or int16 would wrap)
     present = np.zeros(hi - lo + 1, bool)
     present[shifted] = True
     ids = np.flatnonzero(present)
-    rank = np.cumsum(present) - 1
-    return (ids + lo).astype(values.dtype), rank[shifted].astype(np.int64)
+    rank = np.cumsum(present, dtype=np.int64)
+    rank -= 1
+    return (ids + lo).astype(values.dtype), rank[shifted]
 
 
 def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
@@ -447,9 +457,21 @@ def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
 
 
 def link(keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """For each key, the index of the first target with the same value (>= 0), else -1."""
+    """For each key, the index of the first target with the same value (>= 0), else -1. Targets
+    whose values span a range not much wider than their count (correlation ids) are looked up in
+    a table of that range, else searched in their sorted values."""
     out = np.full(len(keys), NONE, dtype=np.int64)
     if not len(keys) or not len(targets):
+        return out
+    rows = np.flatnonzero(targets >= 0)
+    if not len(rows):
+        return out
+    lo, hi = int(targets[rows].min()), int(targets[rows].max())
+    if hi - lo <= 4 * len(rows) + 4096:
+        first = np.full(hi - lo + 1, NONE, np.int64)
+        first[targets[rows[::-1]] - lo] = rows[::-1]  # in reverse: the first row's write is the last
+        inside = np.flatnonzero((keys >= lo) & (keys <= hi))
+        out[inside] = first[keys[inside] - lo]
         return out
     order = np.argsort(targets, kind="stable")
     sorted_t = targets[order]

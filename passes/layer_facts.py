@@ -73,11 +73,14 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: n
     votes = stage_votes(trace, cls) if votes is None else votes
     inside = np.nonzero(layers.layer >= 0)[0]
     key = layers.pass_of * (int(layers.layer.max()) + 2 if len(inside) else 1) + layers.layer
-    order = inside[np.lexsort((k.start[inside], key[inside]))]
-    if not len(order):
+    if not len(inside):
         e = np.zeros(0, np.int64)
         return LayerTable(e, e, [], np.zeros(0, np.int8), e, e, e, e, e, e)
-    _, at = np.unique(key[order], return_index=True)
+    starts = k.start[inside]
+    # by layer, then start: kernels in start order (the IR's) need a stable sort by layer alone
+    order = inside[np.argsort(key[inside], kind="stable") if (starts[1:] >= starts[:-1]).all() else np.lexsort((starts, key[inside]))]
+    sorted_key = key[order]
+    at = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
     ends = np.r_[at[1:], len(order)]
     add: Callable[[np.ndarray], np.ndarray] = lambda x: np.add.reduceat(np.asarray(x, np.int64), at)  # noqa: E731
     anyof: Callable[[np.ndarray], np.ndarray] = lambda x: add(x) > 0  # noqa: E731
@@ -91,9 +94,11 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: n
     prefill, decode = add(votes[order] == 0), add(votes[order] == 1)
     stage = np.where(prefill > decode, 0, np.where(decode > prefill, 1, UNKNOWN)).astype(np.int8)
     stage[add(~replay[order]) == 0] = 1  # graph replay => decode
-    flags = zip(anyof(cls.has("mla")[order]), anyof(cls.has("gdn")[order]), anyof(attention),
-                anyof((kind == _MOE) | cls.has("moe")[order]), anyof(activation[order]) | (add((kind == _LINEAR) & after_last) >= 2))
-    types = [layer_type(*f) for f in flags]
+    flags = (anyof(cls.has("mla")[order]), anyof(cls.has("gdn")[order]), anyof(attention),
+             anyof((kind == _MOE) | cls.has("moe")[order]), anyof(activation[order]) | (add((kind == _LINEAR) & after_last) >= 2))
+    code = sum(f.astype(np.int64) << bit for bit, f in enumerate(flags))  # each layer's flags as bits: a name per combination
+    names = [layer_type(*(bool(c >> bit & 1) for bit in range(len(flags)))) for c in range(1 << len(flags))]
+    types = [names[c] for c in code.tolist()]
     first, last = order[at], order[ends - 1]
     return LayerTable(
         layers.pass_of[first].astype(np.int64), layers.layer[first].astype(np.int64), types,

@@ -1103,14 +1103,13 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
     inside = stack >= 0
     if not inside.any() or int(stack.max()) == 0:
         return stack
-    ids, dense = np.unique(stack[inside], return_inverse=True)
+    ids, dense = unique_inverse(stack[inside])
     st = np.full(len(stack), -1, np.int64)
-    st[inside] = dense.reshape(-1)
+    st[inside] = dense
     n, width, stacks_n = int(pass_of.max()) + 1, int(layer.max()) + 1, len(ids)
-    key = (pass_of[inside] * stacks_n + st[inside]) * width + layer[inside]
-    pairs = unique(key)
+    pairs, pair_of = unique_inverse((pass_of[inside] * stacks_n + dense) * width + layer[inside])  # (pass, stack, layer)
     counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
-    gemms = np.bincount(np.searchsorted(pairs, key), weights=kind[inside] == LINEAR, minlength=len(pairs))
+    gemms = np.bincount(pair_of, weights=kind[inside] == LINEAR, minlength=len(pairs))
     layer_stack = (pairs // width) % stacks_n
     runs = counts > 0
     usual = [int(np.bincount(counts[runs[:, s], s]).argmax()) for s in range(stacks_n)]

@@ -44,13 +44,14 @@ def passes(trace: Trace, kind: np.ndarray | None = None, host: tuple[np.ndarray,
     tid = host[1]
     # a replay's kernels all come from its one launch; the pieces of a piecewise pass and the
     # attention between them are one pass whichever thread launched them
-    replayed = trace.replayed()
-    in_graph = isin(segment, unique(segment[replayed]))
-    tid = np.where(in_graph, -1, tid)
+    segment = _dense(segment)
+    in_graph = np.zeros(int(segment.max()) + 1 if len(segment) else 0, bool)
+    in_graph[segment[trace.replayed()]] = True
+    tid = np.where(in_graph[segment], -1, tid)
     step = step if step is not None else kernel_steps(trace, host)
     if len(unique(step[step >= 0])) < 2:  # one step bounds nothing inside the profile (its edges are ragged)
         step = np.zeros(len(k), np.int64)
-    group = _combine(_dense(k.device), _dense(segment), _dense(step))
+    group = _combine(_dense(k.device), segment, _dense(step))
     tid = _fill_threads(tid, group, k.start)
     key = _dense(_combine(group, _dense(tid)))
     first = np.full(int(key.max()) + 1 if len(key) else 0, np.iinfo(np.int64).max, np.int64)

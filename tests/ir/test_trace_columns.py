@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, strategies as st
 
-from layerc.ir.trace import distinct, first_rows, isin, last_rows, median, unique, unique_inverse
+from layerc.ir.trace import distinct, first_rows, isin, last_rows, link, median, unique, unique_inverse
 
 COLUMNS = st.one_of(st.lists(st.integers(-5, 60)),  # ids: a dense range, the table path
                     st.lists(st.integers(-(1 << 62), 1 << 62)))  # sparse keys: the search path
@@ -53,3 +53,14 @@ def test_first_and_last_rows_of_each_id(ids, n):
     for i in range(n):
         rows = [r for r, v in enumerate(ids) if v == i]
         assert first[i] == (rows[0] if rows else -1) and last[i] == (rows[-1] if rows else -1)
+
+
+@given(COLUMNS, COLUMNS, st.integers(0, 1 << 40))
+def test_link_finds_each_keys_first_target(keys, targets, shift):
+    """Each key's first equal target (-1 for none, and for a negative key), as a scan finds it:
+    dense targets through the table of their range, sparse ones through the search, either
+    shifted far from zero (process keys: the pid above the correlation id)."""
+    for k, t in ((keys, targets), ([x + shift for x in keys], [x + shift if x >= 0 else x for x in targets])):
+        got = link(np.array(k, np.int64), np.array(t, np.int64))
+        want = [next((i for i, y in enumerate(t) if y == x), -1) if x >= 0 else -1 for x in k]
+        assert got.tolist() == want
