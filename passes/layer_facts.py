@@ -96,7 +96,9 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: n
     stage[add(~replay[order]) == 0] = 1  # graph replay => decode
     flags = (anyof(cls.has("mla")[order]), anyof(cls.has("gdn")[order]), anyof(attention),
              anyof((kind == _MOE) | cls.has("moe")[order]), anyof(activation[order]) | (add((kind == _LINEAR) & after_last) >= 2))
-    code = sum(f.astype(np.int64) << bit for bit, f in enumerate(flags))  # each layer's flags as bits: a name per combination
+    code = np.zeros(len(at), np.int64)  # each layer's flags as bits: a name per combination
+    for bit, f in enumerate(flags):
+        code |= f.astype(np.int64) << bit
     names = [layer_type(*(bool(c >> bit & 1) for bit in range(len(flags)))) for c in range(1 << len(flags))]
     types = [names[c] for c in code.tolist()]
     first, last = order[at], order[ends - 1]
