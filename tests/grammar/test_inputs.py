@@ -155,3 +155,33 @@ def test_sqlite_names_read_exactly_that_file(tmp_path):
     for name, n in counts.items():
         truth = tmp_path / (name.removesuffix(".sqlite") + "_truth.json")
         assert n == __import__("json").loads(truth.read_text())["kernel_rows"], name
+
+
+def test_the_heap_settings_are_glibcs_or_nothing(monkeypatch):
+    """``release_freed`` and ``reuse_freed`` call glibc where it is the C library, and do nothing
+    where a function is missing (another C library): never an error."""
+    assert inputs._libc("no_such_libc_function") is None
+    inputs.release_freed()
+    inputs.reuse_freed()
+    monkeypatch.setattr(inputs, "_LIBC", {"malloc_trim": None, "mallopt": None})
+    inputs.release_freed()
+    inputs.reuse_freed()
+
+
+def test_a_large_trace_read_in_a_process_that_keeps_freed_blocks(tmp_path):
+    """A trace large enough to set the heap for reuse reads and reports as in a fresh process
+    (the settings change where memory comes from, never what is computed)."""
+    from layerc.grammar.traces import RELEASE_FROM
+
+    out = tmp_path / "big.sqlite"
+    gen = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "gen-nsys", "--kernels", str(RELEASE_FROM + 1000), str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr
+    code = ("import sys, json; from layerc.grammar import inputs, traces; "
+            "from layerc.passes.kernel_tables import kernel_table; from layerc.passes.trace_layers import detect_layers\n"
+            "if sys.argv[2] == 'off': inputs.reuse_freed = lambda: None\n"
+            "t = traces.read_trace(sys.argv[1]); r = detect_layers(t, 'auto', kernel_table().classify(t))\n"
+            "print(json.dumps([r.layers_per_pass, r.layer.tolist()[::97], r.pass_of.tolist()[::97]]))")
+    runs = [subprocess.run([sys.executable, "-c", code, str(out), mode], capture_output=True, text=True, timeout=300) for mode in ("on", "off")]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout) > 100
