@@ -14,7 +14,7 @@ External id. Times are int64 nanoseconds; absent integers are -1.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Self, cast
 
 import numpy as np
@@ -68,15 +68,15 @@ class Table:
 
     def __post_init__(self) -> None:
         n = None
-        for f in fields(self):
-            col = getattr(self, f.name)
+        for name, dtype in self.COLUMNS.items():  # (the fields, in order: a test holds them equal)
+            col = getattr(self, name)
             if not isinstance(col, np.ndarray):
-                col = np.asarray(col, dtype=self.COLUMNS[f.name])
-                setattr(self, f.name, col)
+                col = np.asarray(col, dtype=dtype)
+                setattr(self, name, col)
             if n is None:
                 n = len(col)
             elif len(col) != n:
-                raise ValueError(f"{type(self).__name__}.{f.name} has {len(col)} rows, not {n}")
+                raise ValueError(f"{type(self).__name__}.{name} has {len(col)} rows, not {n}")
 
     @classmethod
     def empty(cls) -> Self:
@@ -93,18 +93,17 @@ class Table:
         return cls(**out)
 
     def __len__(self) -> int:
-        first = fields(self)[0].name
-        return len(getattr(self, first))
+        return len(getattr(self, next(iter(self.COLUMNS))))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} rows)"
 
     def take(self, index: np.ndarray) -> Self:
         """The rows selected by a boolean mask or an index array, as a new table."""
-        return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return type(self)(**{name: getattr(self, name)[index] for name in self.COLUMNS})
 
     def concat(self, other: Self) -> Self:
-        return type(self)(**{f.name: np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)})
+        return type(self)(**{name: np.concatenate([getattr(self, name), getattr(other, name)]) for name in self.COLUMNS})
 
     @property
     def duration(self) -> np.ndarray:

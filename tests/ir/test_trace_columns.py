@@ -64,3 +64,16 @@ def test_link_finds_each_keys_first_target(keys, targets, shift):
         got = link(np.array(k, np.int64), np.array(t, np.int64))
         want = [next((i for i, y in enumerate(t) if y == x), -1) if x >= 0 else -1 for x in k]
         assert got.tolist() == want
+
+
+def test_every_tables_columns_are_its_fields_in_order():
+    """``COLUMNS`` (name -> dtype) is what a table's methods walk: it names the dataclass's
+    fields, all of them, in their order."""
+    from dataclasses import fields
+
+    from layerc.ir import trace
+
+    tables = [c for c in vars(trace).values() if isinstance(c, type) and issubclass(c, trace.Table) and c is not trace.Table]
+    assert len(tables) >= 6
+    for cls in tables:
+        assert [f.name for f in fields(cls)] == list(cls.COLUMNS), cls.__name__
