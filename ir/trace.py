@@ -115,6 +115,8 @@ _I64, _I32 = "int64", "int32"
 
 @dataclass(eq=False, repr=False)
 class Kernels(Table):
+    """GPU kernels: where and when each ran, its launch configuration, and its names."""
+
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "device": _I32, "stream": _I64, "correlation": _I64,
         "graph_id": _I64, "graph_node_id": _I64, "grid_x": _I32, "grid_y": _I32, "grid_z": _I32,
@@ -168,6 +170,8 @@ class Launches(Table):
 
 @dataclass(eq=False, repr=False)
 class CpuOps(Table):
+    """Host operators (aten ops, ``cpu_op`` events), with the shapes they recorded."""
+
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "name": _I32, "external_id": _I64,
         "input_dims": _I32, "sequence": _I64, "row": _I64,
@@ -208,6 +212,8 @@ MEMCPY, MEMSET = 0, 1
 
 @dataclass(eq=False, repr=False)
 class MemOps(Table):
+    """GPU copies and fills (memcpy, memset), by device, stream and size."""
+
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "device": _I32, "stream": _I64, "correlation": _I64, "bytes": _I64,
         "kind": "int8", "name": _I32, "graph_node_id": _I64, "row": _I64,
@@ -242,6 +248,9 @@ _GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch|^hipGraphLaun
 
 @dataclass(eq=False, repr=False)
 class Trace:
+    """A profile in columns: its tables, one string table for their names, and what the
+    reader learned of the capture."""
+
     source: str
     format: str  #: "nsys" or "kineto"
     strings: Strings

@@ -97,6 +97,9 @@ class Context:
 
 @dataclass(frozen=True)
 class ModulePass(ABC, Generic[M]):
+    """A pass: a frozen dataclass whose fields are its typed options (``name{key=value}`` in a
+    pipeline), run on a module of one IR by ``apply``."""
+
     name: ClassVar[str]
     ir: ClassVar[str] = "graph"  #: the IR it runs on (``registry.IRS``)
     #: passes whose results this one reads; the pass manager runs the missing ones first

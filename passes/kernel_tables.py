@@ -66,6 +66,8 @@ NAME_LIMIT = 4096
 
 @dataclass(frozen=True)
 class KernelKind:
+    """What a kernel-table entry says of the kernels it matches."""
+
     short: str
     type: str
     family: str
@@ -76,6 +78,8 @@ class KernelKind:
 
 @dataclass(frozen=True)
 class _Entry:
+    """One ``[[kernel]]`` entry of a table."""
+
     match: str  #: the regex (checked when its table was read)
     kind: KernelKind
     examples: tuple[str, ...] = ()

@@ -102,6 +102,8 @@ def _scalar(key: str, text: str, hint: Any) -> object:
 
 @dataclass
 class PassTiming:
+    """One step's wall time (``--timing``)."""
+
     name: str
     seconds: float
 

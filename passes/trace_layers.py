@@ -66,6 +66,8 @@ ACTIVATION = re.compile(r"(?i)act_and_mul|silu|gelu|swiglu|relu")
 
 @dataclass(eq=False)
 class LayerResult:
+    """The layers a strategy found: per kernel, its layer and pass; per pass, its layer count."""
+
     layer: np.ndarray  #: per kernel: the layer index within its pass, or -1
     pass_of: np.ndarray  #: per kernel: the pass index (a replay, or one eager forward pass)
     strategy: str  #: the strategy that decided (``ground-truth+motif``: spans where they cover a pass, motif elsewhere)
