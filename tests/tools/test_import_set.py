@@ -48,7 +48,8 @@ def test_every_commands_help_loads_no_reader(tmp_path):
                                                         choices_from_data.get(command, ()), tmp_path)
 
 
-PROBE = """
+#: a command run in-process, its output dropped: the probes below then look at what it loaded
+RUN = """
 import sys, io, contextlib
 from layerc.tools.driver import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -56,7 +57,8 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
         main(sys.argv[1:])
     except SystemExit:
         pass
-print(" ".join(sorted(sys.modules)))
+"""
+PROBE = RUN + """print(" ".join(sorted(sys.modules)))
 """
 
 
@@ -72,14 +74,7 @@ def test_a_command_imports_only_what_its_path_needs(name, argv, allowed, tmp_pat
         assert not [m for m in loaded if m.startswith(("layerc.ir", "layerc.grammar", "layerc.passes"))]
 
 
-AUTODOC = """
-import sys, io, contextlib, dataclasses
-from layerc.tools.driver import main
-with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-    try:
-        main(sys.argv[1:])
-    except SystemExit:
-        pass
+AUTODOC = RUN + """import dataclasses
 for name, module in sorted(sys.modules.items()):
     for value in vars(module).values() if name.startswith("layerc") else ():
         if dataclasses.is_dataclass(value) and isinstance(value, type) and value.__module__ == name \\
