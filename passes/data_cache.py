@@ -42,7 +42,7 @@ def read(path: Path | None, key: Any) -> Any | None:
         return None
     try:
         with open(path, "rb") as f:
-            stored_key, data = marshal.load(f)
+            stored_key, data = marshal.loads(f.read())  # (marshal.load reads a file a few bytes at a time)
     except (OSError, EOFError, ValueError, TypeError):
         return None
     return data if stored_key == _stamped(key) else None

@@ -46,6 +46,7 @@ from layerc.grammar import inputs
 from layerc.ir.diagnostics import LayercError
 from layerc.ir.trace import Trace, first_rows
 from layerc.passes import data_cache
+from layerc.passes.regex_code import Parts, compiled_parts, from_parts
 from layerc.passes.regex_literals import Literals, literals
 from layerc.passes.user_regex import compile_user_regex
 
@@ -85,12 +86,16 @@ class _Entry:
     examples: tuple[str, ...] = ()
     source: str = ""  #: "file: entry N" for messages
     templated: bool = False  #: ``short`` refers to the match's groups
+    #: the regex's compiled form, where the tables came from the cache
+    code: Parts | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:
-        """Compiled where first searched: a trace of a few names, whose literals rule most entries
-        out, compiles a few of the 139 (``re``'s own cache holds those a table's check compiled)."""
-        return compile_user_regex(self.match)
+        """Made where first searched: from its kept compiled form (no parse), else compiled (a
+        trace of a few names, whose literals rule most entries out, compiles a few of the 139;
+        ``re``'s own cache holds those a table's check compiled)."""
+        made = from_parts(self.match, self.code) if self.code is not None else None
+        return made if made is not None else compile_user_regex(self.match)
 
     @property
     def type_index(self) -> int:
@@ -310,18 +315,25 @@ def builtin_table(cache: Path | None) -> KernelTable:
     """The built-in families, from ``cache`` where it holds them as they are now (their entries
     and each one's literals: no TOML, no regex parsed), else read, and kept there."""
     files = builtin_files()
-    key = (sorted((str(p), text) for p, text in files), [_stamp(m) for m in (__file__, literals.__code__.co_filename)])
+    key = cache_key(files)
     rows = data_cache.read(cache, key)
     if rows is not None:
-        return KernelTable([_Entry(match, KernelKind(*kind), examples, source, templated) for match, kind, examples, source, templated, _ in rows],
-                           [f and Literals(*f) for *_, f in rows])
+        return KernelTable([_Entry(match, KernelKind(*kind), examples, source, templated, code)
+                            for match, kind, examples, source, templated, code, _ in rows], [f and Literals(*f) for *_, f in rows])
     entries = _read_dir(files)
     if not data_cache.writable(cache):
         return KernelTable(entries)
     filters = _literals(entries)
-    data_cache.write(cache, key, [(e.match, _kind_row(e.kind), e.examples, e.source, e.templated, f and (f.needles, f.fold))
-                                  for e, f in zip(entries, filters)])
+    data_cache.write(cache, key, [(e.match, _kind_row(e.kind), e.examples, e.source, e.templated, compiled_parts(e.match),
+                                   f and (f.needles, f.fold)) for e, f in zip(entries, filters)])
     return KernelTable(entries, filters)
+
+
+def cache_key(files: list[tuple[Path, str]]) -> tuple[Any, ...]:
+    """What the cached tables are derived from: the tables' files, and the code that reads them,
+    finds their literals and compiles their regexes."""
+    code = (__file__, literals.__code__.co_filename, compiled_parts.__code__.co_filename)
+    return sorted((str(p), text) for p, text in files), [_stamp(m) for m in code]
 
 
 def _kind_row(k: KernelKind) -> tuple[Any, ...]:

@@ -102,9 +102,7 @@ def test_a_broken_cache_is_read_around_and_mended(tmp_path, writing, content):
 
 
 def _key():
-    files = builtin_files()
-    return (sorted((str(p), t) for p, t in files), [kernel_tables._stamp(m) for m in (kernel_tables.__file__,
-                                                                                      kernel_tables.literals.__code__.co_filename)])
+    return kernel_tables.cache_key(builtin_files())
 
 
 def test_nothing_is_written_where_bytecode_is_not(tmp_path, monkeypatch):
