@@ -358,7 +358,8 @@ def reuse_freed() -> None:
     analysis over a large trace makes and drops hundreds of whole-column temporaries, and glibc
     by default hands each back (a column over 32 MB is mapped and unmapped, the heap's top above
     a dynamic threshold is trimmed), so every next one is page-faulted in afresh. The 1M- and
-    5M-kernel exports took 7% and 13% less time for 2% and 5% more peak memory."""
+    5M-kernel exports took 7% and 13% less time for 2% and 5% more peak memory. A setting of the
+    whole process: the commands make it; a program that calls layerc's readers keeps its own."""
     mallopt = _libc("mallopt")
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCKS_UP_TO)

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 #: the tables a PyTorch profiler trace fills (the reader of each format loads when its format is met)
 KINDS = frozenset({"kernels", "launches", "cpu_ops", "annotations", "memops", "modules"})
-#: kernels from which the memory a reader freed is handed back at once, and the analysis's
-#: keeps its freed memory for reuse (a smaller trace's frees too little to repay the lookup)
+#: kernels from which the memory a reader freed is handed back at once (a smaller trace's reading
+#: frees too little to repay the lookup), and from which the commands keep an analysis's freed
+#: memory for reuse
 RELEASE_FROM = 1 << 16
 
 
@@ -25,7 +26,6 @@ def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
     trace.drop_invalid()
     if len(trace.kernels) >= RELEASE_FROM:
         inputs.release_freed()
-        inputs.reuse_freed()  # for the analysis that follows
     return trace
 
 

@@ -57,7 +57,8 @@ def trace_passes(args: argparse.Namespace) -> list:
 def analyze(args: argparse.Namespace) -> TraceModule:
     """The trace read and run through ``trace_passes``: a module the trace emitters take."""
     from layerc.backends.trace_ir import print_trace
-    from layerc.grammar.traces import read_trace
+    from layerc.grammar import inputs
+    from layerc.grammar.traces import RELEASE_FROM, read_trace
     from layerc.passes.base import Context
     from layerc.passes.pipeline import PassManager, timing_report
     from layerc.passes.trace_passes import TraceModule
@@ -65,6 +66,9 @@ def analyze(args: argparse.Namespace) -> TraceModule:
     manager = PassManager(trace_passes(args), print_ir_after_all=getattr(args, "print_ir_after_all", False), print_ir=print_trace,
                           ir_stream=sys.stderr)
     trace = read_trace(args.trace)
+    if len(trace.kernels) >= RELEASE_FROM:
+        # the process's allocator policy, which a command sets (a library leaves it to its caller)
+        inputs.reuse_freed()
     for w in trace.warnings:
         warn(args, w, trace.source)
     module = TraceModule(trace)

@@ -169,8 +169,9 @@ def test_the_heap_settings_are_glibcs_or_nothing(monkeypatch):
 
 
 def test_a_large_trace_read_in_a_process_that_keeps_freed_blocks(tmp_path):
-    """A trace large enough to set the heap for reuse reads and reports as in a fresh process
-    (the settings change where memory comes from, never what is computed)."""
+    """A trace large enough for the commands to set the heap for reuse layers as without the
+    setting (it changes where memory comes from, never what is computed); the reader itself
+    leaves the allocator as the program set it."""
     from layerc.grammar.traces import RELEASE_FROM
 
     out = tmp_path / "big.sqlite"
@@ -179,8 +180,11 @@ def test_a_large_trace_read_in_a_process_that_keeps_freed_blocks(tmp_path):
     assert gen.returncode == 0, gen.stderr
     code = ("import sys, json; from layerc.grammar import inputs, traces; "
             "from layerc.passes.kernel_tables import kernel_table; from layerc.passes.trace_layers import detect_layers\n"
-            "if sys.argv[2] == 'off': inputs.reuse_freed = lambda: None\n"
-            "t = traces.read_trace(sys.argv[1]); r = detect_layers(t, 'auto', kernel_table().classify(t))\n"
+            "def refuse(): raise AssertionError('a reader set the allocator')\n"
+            "inputs.reuse_freed, keep = refuse, inputs.reuse_freed\n"
+            "t = traces.read_trace(sys.argv[1])\n"
+            "if sys.argv[2] == 'on': keep()\n"
+            "r = detect_layers(t, 'auto', kernel_table().classify(t))\n"
             "print(json.dumps([r.layers_per_pass, r.layer.tolist()[::97], r.pass_of.tolist()[::97]]))")
     runs = [subprocess.run([sys.executable, "-c", code, str(out), mode], capture_output=True, text=True, timeout=300) for mode in ("on", "off")]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
