@@ -25,7 +25,7 @@ MAX_RATIO = 100
 MIN_LIMIT = 256 << 20
 
 _limit: int | None = None  # an absolute limit from --max-decompressed; 0 = none
-_inputs: set[tuple[int, int]] = set()  # (st_dev, st_ino) of everything opened
+_inputs: set[tuple[int, int, int, int]] = set()  # ``_identity`` of everything opened
 
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 
@@ -52,7 +52,15 @@ def parse_size(text: str) -> int:
 
 def is_input(st: os.stat_result) -> bool:
     """Whether the file with this stat was opened as an input in this process."""
-    return (st.st_dev, st.st_ino) in _inputs
+    return _identity(st) in _inputs
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """A file, as long as it lives unchanged: its device and inode, when the inode last changed,
+    and its size. A file made after another was deleted may get its inode, hardly ever its change
+    time and size too: a program that reads a file, deletes it and later writes a new one (a test
+    run does) is not refused the new one."""
+    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size
 
 
 def remember(path: str | os.PathLike) -> None:
@@ -61,7 +69,7 @@ def remember(path: str | os.PathLike) -> None:
         st = os.stat(path)
     except OSError:
         return
-    _inputs.add((st.st_dev, st.st_ino))
+    _inputs.add(_identity(st))
 
 
 def check_file(path: str | os.PathLike, *, directory: bool = False, what: str = "file") -> Path:
@@ -82,7 +90,7 @@ def check_file(path: str | os.PathLike, *, directory: bool = False, what: str = 
                           "(write the data to a file first)", str(p))
     if not os.access(p, os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)):
         raise LayercError("cannot read: permission denied", str(p))
-    _inputs.add((st.st_dev, st.st_ino))
+    _inputs.add(_identity(st))
     return p
 
 

@@ -1186,7 +1186,8 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
     begins, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
     extra, again = 0, False  # other stacks found; stretches of the first motif's layers found again
     first_motif = _usual_layer(p, got, run) if len(begins) else None
-    breaks = _idle_breaks(p) if eager and len(begins) else np.zeros(0, np.int64)
+    # (waits between forward passes: a prefill's result may come sooner than the decode steps')
+    breaks = _idle_breaks(p, of_longest=PASS_WAIT) if eager and len(begins) else np.zeros(0, np.int64)
     for a, b in zip(begins.tolist(), ends.tolist()):
         if b - a < OTHER_STACK:
             continue
@@ -1196,8 +1197,12 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
         if len(ids) < 2 or not ((kinds == ATTENTION).sum() >= len(ids) or (kinds == MOE).sum() >= len(ids)):
             continue
         # after the host's wait between two forward passes, most kernels alike will do (a decode
-        # pass's linear attention runs one recurrent kernel where the prefill ran six chunked ones)
-        waited = a > 0 and bool(((breaks > a - 1) & (breaks <= a + int(np.argmax(inner >= 0)))).any())
+        # pass's linear attention runs one recurrent kernel where the prefill ran six chunked ones):
+        # a wait on either side where the stretch meets the first motif's layers (before its first
+        # layer, or after its last: a prefill that opens the profile, decode passes after it)
+        found_at = a + np.flatnonzero(inner >= 0)
+        waited = bool(((breaks > a - 1) & (breaks <= found_at[0])).any()) if a > 0 else False
+        waited |= b < len(got) and bool(((breaks > found_at[-1]) & (breaks <= b)).any())
         if first_motif is not None and _same_layers_again(p, first_motif, a, inner, inner_run,
                                                           SAME_LAYER_APART if waited else SAME_LAYER):
             # the first motif's layers again, with other kernel variants (a decode pass after a
@@ -1238,6 +1243,9 @@ def _more_stacks(p: _Pass, got: np.ndarray, run: np.ndarray, eager: bool) -> tup
 #: two layers whose kernels (short names, as multisets) share this share are the same layer; where
 #: the host waited between them as between forward passes, this one
 SAME_LAYER, SAME_LAYER_APART = 0.8, 0.5
+#: a wait between forward passes, where another stack's or the same stack's layers meet the first
+#: motif's: an idle break at least this share of the pass's longest wait
+PASS_WAIT = 0.25
 
 
 def _layer_shapes(short: np.ndarray, layer: np.ndarray) -> Counter[tuple[int, ...]]:

@@ -189,3 +189,21 @@ def test_a_large_trace_read_in_a_process_that_keeps_freed_blocks(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", code, str(out), mode], capture_output=True, text=True, timeout=300) for mode in ("on", "off")]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
     assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout) > 100
+
+
+def test_a_new_file_on_a_deleted_inputs_inode_is_no_input(tmp_path):
+    """The inputs a process read are known by inode, change time and size: a file made later on a
+    deleted input's inode (file systems reuse them at once) may be written."""
+    first = tmp_path / "read.json"
+    first.write_text("x" * 100)
+    inputs.check_file(first)
+    assert inputs.is_input(os.stat(first))
+    ino = os.stat(first).st_ino
+    first.unlink()
+    for i in range(200):
+        new = tmp_path / f"new{i}"
+        new.write_text("y")
+        if os.stat(new).st_ino == ino:
+            assert not inputs.is_input(os.stat(new))
+            return
+    pytest.skip("the file system gave no deleted inode back")

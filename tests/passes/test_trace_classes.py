@@ -300,6 +300,22 @@ def test_a_shallow_hybrid_stack_whatever_it_ends_with(tmp_path, layers, graphs, 
     assert _same_passes(r, pass_, layer) and agreement(r.layer, layer) == 1.0
 
 
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(2, 3), decode=st.integers(1, 4), tp=st.sampled_from([1, 2, 8]), vendor=st.sampled_from(gen_trace.VENDORS),
+       seed=st.integers(0, 10_000))
+def test_an_eager_prefill_then_decode_steps_are_passes_of_their_own(tmp_path_factory, layers, decode, tp, vendor, seed):
+    """A shallow hybrid stack run eagerly, a prefill then decode steps: the prefill's layers (its
+    linear attention chunked, the decode's recurrent) are the same layers again, a forward pass
+    of their own, whether the host's wait after the prefill is the longest of the profile or
+    half as long as those between the decode steps. (They were once taken for another stack in
+    the first decode's pass: [6, 3] for [3, 3, 3], whatever the seed, with two decode steps.)"""
+    path = tmp_path_factory.mktemp("eager") / "h.json.gz"
+    truth = gen_trace.generate(path, model="qwen3_next", vendor=vendor, tp=tp, layers=layers, prefill=1, decode=decode, graphs="none",
+                               modules="none", seed=seed)
+    r = detect_layers(read_trace(path), "auto")
+    assert r.layers_per_pass == [p["layers"] for p in truth["passes"]], r.warnings
+
+
 @pytest.mark.parametrize("graphs", ["none", "full", "piecewise"])
 @pytest.mark.parametrize("model", sorted(set(gen_trace.MODELS) - {"vlm"}))  # (a vision tower is no layer-start norm's)
 def test_the_norms_place_the_last_layer_whole(tmp_path, model, graphs):
