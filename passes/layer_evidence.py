@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from layerc.ir.trace import distinct, unique
+from layerc.ir.trace import distinct, median, unique
 from layerc.passes.kernel_tables import TYPES
 
 if TYPE_CHECKING:
@@ -141,6 +141,32 @@ def stray_heavy(layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray, start:
     layered = np.zeros(n, bool)
     layered[pass_of[inside]] = True
     return int(layered[pass_of[heavy]].sum())
+
+
+#: a layer holding more than this many times the attention and expert kernels of its pass's
+#: usual layer (and at least CROWDED_MORE more) holds several layers
+CROWDED, CROWDED_MORE = 3, 4
+
+
+def crowded_layers(layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray, n: int) -> tuple[int, int]:
+    """How many layers hold several layers' attention and experts, and how many layers there are.
+    A decoder layer runs its attention and its experts once: a layer found around many times as
+    many as its pass's median layer holds layers the strategy did not cut (a vision tower's,
+    ahead of the language model's first layer start)."""
+    inside = layer >= 0
+    if not inside.any():
+        return 0, 0
+    width = int(layer.max()) + 1
+    key = pass_of[inside] * width + layer[inside]
+    pairs = distinct(key)
+    heavy = np.bincount(np.searchsorted(pairs, key), weights=(kind[inside] == ATTENTION) | (kind[inside] == MOE), minlength=len(pairs))
+    q = pairs // width
+    crowded = 0
+    for p in unique(q).tolist():
+        mine = heavy[q == p]
+        usual = median(mine)
+        crowded += int(((mine > CROWDED * usual) & (mine >= usual + CROWDED_MORE)).sum())
+    return crowded, len(pairs)
 
 
 def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:

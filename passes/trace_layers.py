@@ -972,6 +972,13 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
         r.confidence = round(r.confidence * (1 - stray / max(heavy, 1)), 4)
         r.warnings.append(f"{stray} attention or expert kernels of forward passes that have layers are in none: the layers "
                           "miss a kind of layer (a hybrid stack's?); --strategy boundary cuts at every layer's norm")
+    crowded, counted = evidence.crowded_layers(r.layer, r.pass_of, kind, n)
+    r.evidence["layers_holding_several"] = crowded
+    if crowded:  # a decoder layer runs its attention and experts once
+        r.confidence = round(r.confidence * (1 - crowded / counted), 4)
+        r.warnings.append(f"{crowded} of {counted} layers each hold several layers' attention or expert kernels (more than "
+                          f"{evidence.CROWDED} times their pass's usual layer): layers the strategy did not cut (another "
+                          "stack's?); --strategy auto or module spans (with_modules=True) tell them apart")
     if odd:  # one model runs the same layers in every forward pass: some of these are wrong
         r.confidence = round(r.confidence * (1 - len(odd) / compared), 4)
         shown = ", ".join(map(str, odd[:8])) + (f" and {len(odd) - 8} more" if len(odd) > 8 else "")

@@ -400,3 +400,30 @@ def test_a_large_layer_picture_fits_4000_pixels(tmp_path):
     assert cijk.format(64, 32) in svg  # the full name, in a tooltip
     labels = re.findall(r"⚡ (\S+) \(", layer_dot.dot_text(doc))
     assert labels and all(len(x) <= layer_dot.KERNEL_LABEL for x in labels)
+
+
+@pytest.mark.parametrize("graphs", ["none", "full", "piecewise"])
+def test_boundary_alone_says_when_a_layer_holds_a_vision_tower(tmp_path, graphs):
+    """The layer-start norms alone find the language model's layers of a VLM and fold its vision
+    tower into the first: that layer holds the tower's attention, many times a layer's, and the
+    result says so (and trusts itself less) instead of reporting the layers as found."""
+    path = tmp_path / "vlm.json.gz"
+    truth = gen_trace.generate(path, model="vlm", tp=2, layers=6, prefill=1, decode=1, graphs=graphs, modules="none", seed=3903)
+    r = detect_layers(read_trace(path), "boundary")
+    assert r.layers_per_pass != [p["layers"] for p in truth["passes"]]
+    assert r.evidence["layers_holding_several"] >= 1 and any("several layers" in w for w in r.warnings)
+    auto = detect_layers(read_trace(path), "auto")
+    assert auto.layers_per_pass == [p["layers"] for p in truth["passes"]] and auto.evidence["layers_holding_several"] == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(model=st.sampled_from(sorted(gen_trace.MODELS)), graphs=st.sampled_from(gen_trace.GRAPHS), tp=st.sampled_from([1, 8]),
+       layers=st.integers(3, 8), seed=st.integers(0, 10_000))
+def test_a_right_answer_is_never_said_to_crowd_its_layers(tmp_path_factory, model, graphs, tp, layers, seed):
+    """Where the layers are right, no layer holds several layers' attention or experts: the
+    warning is never a false alarm on any generated model (MLA's, hybrid and MoE layers)."""
+    path = tmp_path_factory.mktemp("crowd") / "t.json.gz"
+    truth = gen_trace.generate(path, model=model, graphs=graphs, tp=tp, layers=layers, prefill=1, decode=2, seed=seed)
+    r = detect_layers(read_trace(path), "auto")
+    if r.layers_per_pass == [p["layers"] for p in truth["passes"]]:
+        assert r.evidence["layers_holding_several"] == 0, r.warnings
