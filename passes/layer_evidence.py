@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from layerc.ir.trace import distinct, median, unique
+from layerc.ir.trace import distinct, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 if TYPE_CHECKING:
@@ -157,16 +157,25 @@ def crowded_layers(layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray, n: 
     if not inside.any():
         return 0, 0
     width = int(layer.max()) + 1
-    key = pass_of[inside] * width + layer[inside]
-    pairs = distinct(key)
-    heavy = np.bincount(np.searchsorted(pairs, key), weights=(kind[inside] == ATTENTION) | (kind[inside] == MOE), minlength=len(pairs))
-    q = pairs // width
-    crowded = 0
-    for p in unique(q).tolist():
-        mine = heavy[q == p]
-        usual = median(mine)
-        crowded += int(((mine > CROWDED * usual) & (mine >= usual + CROWDED_MORE)).sum())
-    return crowded, len(pairs)
+    pairs, pair_of = unique_inverse(pass_of[inside] * width + layer[inside])
+    heavy = np.bincount(pair_of, weights=(kind[inside] == ATTENTION) | (kind[inside] == MOE), minlength=len(pairs))
+    q = pairs // width  # each layer's pass, in order
+    usual = _group_medians(q, heavy)[q]
+    return int(((heavy > CROWDED * usual) & (heavy >= usual + CROWDED_MORE)).sum()), len(pairs)
+
+
+def _group_medians(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per group id (``group`` in order), the median of its ``values``: one sort for all groups."""
+    order = np.lexsort((values, group))
+    v = values[order]
+    count = np.bincount(group)
+    first = np.cumsum(count) - count
+    mid = first + count // 2
+    low = np.where(count % 2, mid, mid - 1)
+    out = np.zeros(len(count))
+    has = count > 0
+    out[has] = (v[low[has]] + v[mid[has]]) / 2
+    return out
 
 
 def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:

@@ -77,3 +77,4 @@ def test_every_tables_columns_are_its_fields_in_order():
     assert len(tables) >= 6
     for cls in tables:
         assert [f.name for f in fields(cls)] == list(cls.COLUMNS), cls.__name__
+

@@ -15,7 +15,7 @@ from layerc.backends.synth.kineto import generate
 from layerc.grammar.traces import read_trace
 from layerc.passes import trace_layers as tl
 from layerc.passes.kernel_tables import kernel_table
-from layerc.passes.layer_evidence import odd_counts
+from layerc.passes.layer_evidence import _group_medians, odd_counts
 from layerc.passes.stage_shapes import DECODE, PREFILL, UNKNOWN, query_key_stage, stage_votes
 from layerc.passes.trace_layers import detect_layers
 
@@ -147,3 +147,14 @@ def test_a_training_steps_backward_is_not_its_forward(tmp_path):
     kineto_workloads.generate(path, workload="training", layers=4, steps=3, seed=0, modules="none")
     r = detect_layers(read_trace(path), "motif")
     assert len(r.stacks) == 2
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), min_size=1, max_size=80))
+def test_each_groups_median_is_np_median(rows):
+    """``layer_evidence._group_medians``: one sort for every pass's median layer."""
+    rows.sort(key=lambda r: r[0])
+    group = np.array([g for g, _ in rows], np.int64)
+    values = np.array([v for _, v in rows], np.float64)
+    got = _group_medians(group, values)
+    for g in set(group.tolist()):
+        assert got[g] == np.median(values[group == g])
