@@ -412,6 +412,12 @@ def group_order(group: np.ndarray) -> np.ndarray:
     return np.argsort(group.astype(np.uint16) if narrow else group, kind="stable")
 
 
+def group_then_start(group: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Row order by ``group``, then by ``start`` (``np.lexsort((start, group))``): where the rows
+    come in start order, the IR's, a stable sort by group alone (``group_order``)."""
+    return group_order(group) if not (np.diff(start) < 0).any() else np.lexsort((start, group))
+
+
 def median(values: np.ndarray) -> float:
     """``np.median`` of a numeric column without NaNs (NaN when empty), without its import of
     numpy.ma (np.median checks for NaNs through it)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from layerc.ir.trace import distinct, unique, unique_inverse
+from layerc.ir.trace import distinct, group_then_start, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarr
         return out
     width = int(layer.max()) + 1
     group = pass_of[sel] * width + layer[sel]
-    sel = sel[np.lexsort((start[sel], group))]
+    sel = sel[group_then_start(group, start[sel])]
     group = pass_of[sel] * width + layer[sel]
     opens = np.r_[True, group[1:] != group[:-1]]
     heads = np.nonzero(opens)[0]

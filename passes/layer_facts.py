@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from layerc.ir.trace import Trace
+from layerc.ir.trace import Trace, group_then_start
 from layerc.passes.kernel_tables import TYPES, Classification
 from layerc.passes.stage_shapes import stage_votes
 from layerc.passes.trace_layers import ACTIVATION, LayerResult, short_matches
@@ -76,9 +76,7 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: n
     if not len(inside):
         e = np.zeros(0, np.int64)
         return LayerTable(e, e, [], np.zeros(0, np.int8), e, e, e, e, e, e)
-    starts = k.start[inside]
-    # by layer, then start: kernels in start order (the IR's) need a stable sort by layer alone
-    order = inside[np.argsort(key[inside], kind="stable") if (starts[1:] >= starts[:-1]).all() else np.lexsort((starts, key[inside]))]
+    order = inside[group_then_start(key[inside], k.start[inside])]  # by layer, then start
     sorted_key = key[order]
     at = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
     ends = np.r_[at[1:], len(order)]

@@ -37,7 +37,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace, isin, median, unique, unique_inverse
+from layerc.ir.trace import Kernels, Trace, group_then_start, isin, median, unique, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -1448,7 +1448,7 @@ def _regularity(token: np.ndarray, layer: np.ndarray, run: np.ndarray | None = N
 
 def by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
     """Each pass's kernel indices in start order (one sort for all passes)."""
-    order = np.lexsort((start, pass_of))
+    order = group_then_start(pass_of, start)
     cuts = np.nonzero(np.diff(pass_of[order]))[0] + 1
     return np.split(order, cuts) if len(order) else []
 

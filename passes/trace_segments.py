@@ -24,7 +24,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, first_rows, group_order, isin, last_rows, median, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, first_rows, group_order, group_then_start, isin, last_rows, median, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -86,7 +86,7 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
     some = np.flatnonzero(isin(group, unique(group[tid >= 0])))
     tid, group, start = tid[some], group[some], start[some]
     # kernels come in start order (the trace IR's), where a stable sort by group alone is (group, start)
-    order = group_order(group) if not (np.diff(start) < 0).any() else np.lexsort((start, group))
+    order = group_then_start(group, start)
     t, g = tid[order], group[order]
     known, unknown = np.flatnonzero(t >= 0), np.flatnonzero(t < 0)
     if len(known):  # each unknown between the known ones around it: a search per unknown, not a scan of all

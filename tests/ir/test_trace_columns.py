@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, strategies as st
 
-from layerc.ir.trace import distinct, first_rows, isin, last_rows, link, median, unique, unique_inverse
+from layerc.ir.trace import distinct, first_rows, group_then_start, isin, last_rows, link, median, unique, unique_inverse
 
 COLUMNS = st.one_of(st.lists(st.integers(-5, 60)),  # ids: a dense range, the table path
                     st.lists(st.integers(-(1 << 62), 1 << 62)))  # sparse keys: the search path
@@ -78,3 +78,14 @@ def test_every_tables_columns_are_its_fields_in_order():
     for cls in tables:
         assert [f.name for f in fields(cls)] == list(cls.COLUMNS), cls.__name__
 
+
+
+@given(st.lists(st.tuples(st.integers(0, 5) | st.integers(0, 1 << 20), st.integers(0, 50)), max_size=80), st.booleans())
+def test_group_then_start_is_lexsort(rows, in_start_order):
+    """Rows by group then start, as ``np.lexsort`` orders them: the stable sort by group alone
+    where the rows come in start order, groups narrow or wide; both keys otherwise."""
+    if in_start_order:
+        rows.sort(key=lambda r: r[1])
+    group = np.array([g for g, _ in rows], np.int64)
+    start = np.array([s for _, s in rows], np.int64)
+    assert group_then_start(group, start).tolist() == np.lexsort((start, group)).tolist()
