@@ -28,7 +28,8 @@ _MEM = ("mem-liveness", "mem-check")
 @dataclass(frozen=True)
 class Emitter:
     """One output format of one IR. ``output``: ``text`` and ``bytes`` emitters return the
-    output; a ``stream`` emitter writes it to a path itself, in pieces. Options (a trace's
+    output; a ``stream`` emitter writes it to a path itself, in pieces; a ``directory`` emitter
+    writes files under a directory it is given (it has no single text or bytes). Options (a trace's
     ``stage``, say) are keywords of the function, with defaults."""
 
     ir: str
@@ -36,7 +37,7 @@ class Emitter:
     target: str  #: "module:function"
     summary: str
     requires: tuple[str, ...] = ()
-    output: Literal["text", "bytes", "stream"] = "text"
+    output: Literal["text", "bytes", "stream", "directory"] = "text"
 
     def function(self) -> Callable[..., Any]:
         module, _, name = self.target.partition(":")
@@ -44,6 +45,8 @@ class Emitter:
 
     def __call__(self, module: Any, **options: Any) -> Any:
         """The output as text or bytes (a stream emitter's too, through a temporary file)."""
+        if self.output == "directory":
+            raise LayercError(f"the {self.ir} {self.format} output is a directory of files: write it to a path")
         if self.output != "stream":
             return self.function()(module, **options)
         import tempfile
@@ -60,6 +63,11 @@ class Emitter:
         bytes written."""
         from layerc.backends.outputs import is_terminal, write_atomic
 
+        if self.output == "directory":
+            where = os.fspath(path)
+            if where == "-" or (os.path.exists(where) and not os.path.isdir(where)):
+                raise LayercError(f"the {self.ir} {self.format} output is a directory of files, and {where} is not one", where)
+            return self.function()(module, path, **options)
         if self.output != "text" and is_terminal(path):
             raise LayercError(f"refusing to write {self.ir} {self.format} (binary) to a terminal: name a file with -o")
         if self.output == "stream":
@@ -85,6 +93,9 @@ EMITTERS: tuple[Emitter, ...] = (
             "Perfetto timeline with passes and layers as spans", ("type-layers",), "stream"),
     Emitter("trace", "chrome-json", "layerc.backends.trace_report:write_module_chrome_json",
             "the same timeline as Chrome trace JSON", ("type-layers",), "stream"),
+    Emitter("trace", "parquet", "layerc.backends.trace_parquet:write_parquet",
+            "kernels, layers, stages, types and passes as Parquet, partitioned by rank (trace --parquet DIR)", ("type-layers",),
+            "directory"),
     Emitter("mem", "text", "layerc.backends.mem_report:ir_text", "one block per kernel"),
     Emitter("mem", "json", "layerc.backends.mem_report:json_text", "mem's memory.json", _MEM),
     Emitter("mem", "pftrace", "layerc.backends.mem_perfetto:write_memory_pftrace",

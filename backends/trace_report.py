@@ -38,20 +38,12 @@ class Analysis:
     def of(cls, module, stage: str = "all") -> "Analysis":
         """The analysis of a module after ``type-layers``, its rows and kernels kept to ``stage``
         (``all``, ``prefill`` or ``decode``)."""
-        from layerc.ir.diagnostics import LayercError
-        from layerc.passes.layer_facts import STAGES, pass_stages
+        from layerc.passes.layer_facts import pass_stages
+        from layerc.passes.trace_tables import Selection
 
-        table, kernel_stage = module.table, module.stage
-        if table is None or kernel_stage is None:
-            raise LayercError("the trace's layers are not typed: run type-layers (or a pipeline ending in it) first",
-                              module.trace.source)
-        if stage == "all":
-            keep, rows = np.ones(len(kernel_stage), bool), np.ones(len(table), bool)
-        else:
-            code = STAGES.index(stage)
-            keep, rows = kernel_stage == code, table.stage == code
-        return cls(module.trace, module.classification, module.layers, table, kernel_stage, keep, rows,
-                   pass_stages(table, len(module.layers.layers_per_pass)))
+        sel = Selection.of(module, stage)
+        return cls(module.trace, module.classification, module.layers, module.table, module.stage, sel.keep, sel.rows,
+                   pass_stages(module.table, len(module.layers.layers_per_pass)))
 
     def pass_label(self, q: int, none: str) -> str:
         from layerc.passes.layer_facts import stage_name

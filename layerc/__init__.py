@@ -8,10 +8,13 @@ The public API. Every name loads on first use (``import layerc`` imports nothing
     ctx = layerc.run_passes(layerc.build_pipeline("type-layers", layerc.get_all_passes(ir)), module)
     print(layerc.emitter(ir)(module))                   # the module in its IR's text
 
+    trace = layerc.read_trace("run.json.gz")            # a trace, its facts as pandas DataFrames
+    trace.layers_df().groupby("type").duration_ns.sum()  # (kernels_df, stages_df, types_df, passes_df)
+
 Readers: ``read`` (any input), ``read_dump``, ``read_trace``, ``read_memory_plan``; parsing text:
 ``parse_dump``. Passes: ``ModulePass``, ``Analysis``, ``Context``, ``PassManager``,
 ``run_passes``, ``build_pipeline``, ``get_all_passes``, ``get_pass_class``. Emitters: ``Emitter``, ``emitter``,
-``formats``. IR: ``Module``, ``Trace``, ``TraceModule``, ``MemoryModule``, ``OpTraceModule``.
+``formats``. IR: ``Module``, ``Trace`` (``AnalyzedTrace``: one with dataframes), ``TraceModule``, ``MemoryModule``, ``OpTraceModule``.
 Diagnostics: ``Diagnostic``, ``DiagnosticEngine``, ``LayercError``. Property-based tests of other
 projects use ``layerc.testing``.
 """
@@ -30,7 +33,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ReadOptions": ("layerc.passes.readers", "ReadOptions"),
     "read_dump": ("layerc.grammar.dumps", "load"),
     "parse_dump": ("layerc.grammar.dumps", "parse_and_verify"),
-    "read_trace": ("layerc.grammar.traces", "read_trace"),
+    "read_trace": ("layerc.passes.trace_tables", "read_analyzed"),
+    "AnalyzedTrace": ("layerc.passes.trace_tables", "AnalyzedTrace"),
     "read_memory_plan": ("layerc.grammar.ws_memory", "read_ws_memory"),
     "input_kind": ("layerc.grammar.input_kinds", "input_kind"),
     "Module": ("layerc.ir.graph", "Module"),

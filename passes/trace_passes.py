@@ -147,6 +147,13 @@ class TypeLayers(ModulePass["TraceModule"]):
         module.stage = kernel_stages(module.trace, cls, layers, module.table, votes)
 
 
+def trace_pipeline(tables: str | None = None, strategy: str = "auto", merge: bool = True) -> list[ModulePass[TraceModule]]:
+    """``layerc trace``'s passes: classify (``tables``: extra TOML families), find the layers
+    (``strategy``; ``merge=False`` keeps half layers apart), type them. Built as objects: a
+    tables path may hold any character a pipeline's text could not."""
+    return [ClassifyKernels(tables), DetectLayers(strategy, merge=merge), TypeLayers()]
+
+
 def __getattr__(name: str) -> object:
     """``TRACE_PASSES``: the one registry's trace view, made on first use (a plugin's
     entry points load importlib.metadata, which the command's own pipeline never needs)."""

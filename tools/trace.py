@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from layerc.ir.diagnostics import warn
-from layerc.tools.args import input_path, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
+from layerc.tools.args import input_path, output_directory, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
 
 if TYPE_CHECKING:
     from layerc.passes.trace_passes import TraceModule
@@ -44,14 +44,16 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=output_path, metavar="FILE", help="write the totals and the layers as JSON")
     p.add_argument("--csv", type=output_path, metavar="FILE", help="write one row per layer as CSV")
     p.add_argument("--perfetto", type=output_path, metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
+    p.add_argument("--parquet", type=output_directory, metavar="DIR",
+                   help="write kernels, layers, stages, types and passes as Parquet tables under DIR, partitioned by rank "
+                        "(DIR/kernels/rank=0/part-0.parquet; DuckDB, pandas and Spark read each folder as one table)")
 
 
 def trace_passes(args: argparse.Namespace) -> list:
-    """The trace-pass pipeline the flags ask for (built as objects: a tables path may hold any
-    character)."""
-    from layerc.passes.trace_passes import ClassifyKernels, DetectLayers, TypeLayers
+    """The trace-pass pipeline the flags ask for."""
+    from layerc.passes.trace_passes import trace_pipeline
 
-    return [ClassifyKernels(args.kernel_tables), DetectLayers(args.strategy, merge=not args.split_half_layers), TypeLayers()]
+    return trace_pipeline(args.kernel_tables, args.strategy, merge=not args.split_half_layers)
 
 
 def analyze(args: argparse.Namespace) -> TraceModule:
@@ -119,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         counts = ", ".join(f"pass {q}: {a.layers.layers_per_pass[q]}" for q in off[:6]) + (" ..." if len(off) > 6 else "")
         warn(args, f"--num-layers {args.num_layers}, but {len(off)} complete pass(es) have another count ({counts}); "
              "the layers found are reported as they are", args.trace)
-    for path, fmt in ((args.json, "json"), (args.csv, "csv"), (args.perfetto, perfetto_format(args.perfetto))):
+    for path, fmt in ((args.json, "json"), (args.csv, "csv"), (args.perfetto, perfetto_format(args.perfetto)),
+                      (args.parquet, "parquet")):
         if path:
             from layerc.backends.registry import emitter
 

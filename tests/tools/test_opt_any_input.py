@@ -209,7 +209,8 @@ def test_every_file_output_is_checked_against_its_command():
 
     printed = {("graph", "ad"), ("graph", "fx"), ("graph", "json"), ("graph", "meta"), ("trace", "text"), ("trace", "table"),
                ("mem", "text"), ("optree", "text")}  # what opt prints; covered elsewhere
-    assert {(e.ir, e.format) for e in EMITTERS} == printed | {(ir, fmt) for ir, fmt, *_ in SAME_FILE}
+    folders = {("trace", "parquet")}  # a directory of files: tests/backends/test_trace_parquet.py
+    assert {(e.ir, e.format) for e in EMITTERS} == printed | folders | {(ir, fmt) for ir, fmt, *_ in SAME_FILE}
 
 
 def test_the_table_output_is_the_trace_commands_terminal_report():
