@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # a trace's outputs load no graph IR
 
 #: what a layer picture or document reads: one sliced layer with its ops grouped
 _LAYER = ("slice-layer", "infer-groups")
+#: what a trace's tables read: typed layers and the kernels' costs
+_COSTED = ("type-layers", "measure-roofline")
 #: what a memory plan's report reads: liveness and the checks' findings (``layerc mem``'s passes)
 _MEM = ("mem-liveness", "mem-check")
 
@@ -86,7 +88,7 @@ EMITTERS: tuple[Emitter, ...] = (
     Emitter("graph", "png", "layerc.backends.layer_dot:module_png", "the layer diagram (Graphviz)", _LAYER, "bytes"),
     Emitter("graph", "svg", "layerc.backends.layer_dot:module_svg", "the layer diagram (Graphviz)", _LAYER, "bytes"),
     Emitter("trace", "text", "layerc.backends.trace_ir:print_trace", "one line per kernel"),
-    Emitter("trace", "json", "layerc.backends.trace_report:json_text", "trace --json's document", ("type-layers",)),
+    Emitter("trace", "json", "layerc.backends.trace_report:json_text", "trace --json's document", _COSTED),
     Emitter("trace", "csv", "layerc.backends.trace_report:csv_module_text", "one row per layer (trace --csv)", ("type-layers",)),
     Emitter("trace", "table", "layerc.backends.trace_report:table_text", "trace's tables, as plain text", ("type-layers",)),
     Emitter("trace", "pftrace", "layerc.backends.trace_report:write_module_perfetto",
@@ -94,7 +96,7 @@ EMITTERS: tuple[Emitter, ...] = (
     Emitter("trace", "chrome-json", "layerc.backends.trace_report:write_module_chrome_json",
             "the same timeline as Chrome trace JSON", ("type-layers",), "stream"),
     Emitter("trace", "parquet", "layerc.backends.trace_parquet:write_parquet",
-            "kernels, layers, stages, types and passes as Parquet, partitioned by rank (trace --parquet DIR)", ("type-layers",),
+            "kernels, layers, stages, types and passes as Parquet, partitioned by rank (trace --parquet DIR)", _COSTED,
             "directory"),
     Emitter("mem", "text", "layerc.backends.mem_report:ir_text", "one block per kernel"),
     Emitter("mem", "json", "layerc.backends.mem_report:json_text", "mem's memory.json", _MEM),

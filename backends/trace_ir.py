@@ -14,7 +14,7 @@ from layerc.passes.trace_passes import TraceModule
 def print_trace(module: TraceModule) -> str:
     t, k = module.trace, module.trace.kernels
     lines = [f'trace "{t.source}" format={t.format} kernels={len(k)}']
-    layers, cls = module.layers, module.classification
+    layers, cls, roof = module.layers, module.classification, module.roofline
     if layers is not None:
         lines.append(f"  layers strategy={layers.strategy} confidence={layers.confidence:.2f} "
                      f"period={layers.period} per_pass={layers.layers_per_pass}")
@@ -29,5 +29,8 @@ def print_trace(module: TraceModule) -> str:
             facts.append(f"pass={int(layers.pass_of[i])} layer={int(layers.layer[i])}")
         if module.stage is not None and module.stage[i] >= 0:
             facts.append(f"stage={STAGES[int(module.stage[i])]}")
+        if roof is not None and not np.isnan(roof.flops[i]):
+            bound = roof.bound_ns[i] / max(int(k.end[i] - k.start[i]), 1)
+            facts.append(f"flops={roof.flops[i]:.4g} bytes={roof.bytes[i]:.4g}" + ("" if np.isnan(bound) else f" roofline={bound:.0%}"))
         lines.append("  " + " ".join(facts) + f' "{shorts[i]}"')
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ import numpy as np
 
 from layerc.ir.diagnostics import warn
 from layerc.ir.trace import unique
+from layerc.passes.roofline import LAYER_COSTS, layer_costs
 
 if TYPE_CHECKING:
     from layerc.ir.trace import Trace
@@ -33,6 +34,7 @@ class Analysis:
     keep: np.ndarray  #: kernels selected by --stage
     rows: np.ndarray  #: layers selected by --stage
     pass_stage: np.ndarray  #: per pass, the stage most of its layers have
+    roofline: Any = None  #: the kernels' costs (measure-roofline), None where it did not run
 
     @classmethod
     def of(cls, module, stage: str = "all") -> "Analysis":
@@ -43,7 +45,7 @@ class Analysis:
 
         sel = Selection.of(module, stage)
         return cls(module.trace, module.classification, module.layers, module.table, module.stage, sel.keep, sel.rows,
-                   pass_stages(module.table, len(module.layers.layers_per_pass)))
+                   pass_stages(module.table, len(module.layers.layers_per_pass)), module.roofline)
 
     def pass_label(self, q: int, none: str) -> str:
         from layerc.passes.layer_facts import stage_name
@@ -111,8 +113,21 @@ def report(a: Analysis, args: argparse.Namespace) -> dict:
         "orphans": {"kernels": int(orphans.sum()), "time_ns": int(dur[orphans].sum())},
         # rows no clock can have produced (an end before the start, an overflowing time), left out
         "left_out": a.trace.meta.get("dropped", {}),
+        **({"roofline": _roofline(a, dur)} if a.roofline is not None else {}),
         "layers": _layer_rows(a),
     }
+
+
+def _roofline(a: Analysis, dur: np.ndarray) -> dict:
+    """FLOPs, bytes and the share of the roofline: in all and per kernel type (measure-roofline)."""
+    from layerc.passes.kernel_tables import TYPES
+    from layerc.passes.roofline import totals
+
+    r, keep = a.roofline, a.keep
+    devices = {str(d): {"name": a.trace.devices.get(d), "peaks": preset} for d, preset in r.devices.items()}
+    types = {TYPES[c]: totals(r, dur, keep & (a.cls.type == c)) for c in unique(a.cls.type[keep]).tolist()}
+    return {"devices": devices, "all": totals(r, dur, keep),
+            "types": {name: t for name, t in types.items() if t["kernels"]}}
 
 
 def _layer_rows(a: Analysis) -> list[dict]:
@@ -123,11 +138,15 @@ def _layer_rows(a: Analysis) -> list[dict]:
     q = t.pass_index[rows]
     partial = np.asarray(a.layers.partial, bool)[q] if len(a.layers.partial) else np.zeros(len(rows), bool)
     stack = a.layers.stack[t.first[rows]] if a.layers.stack is not None else np.zeros(len(rows), np.int64)
-    columns = (q.tolist(), partial.tolist(), t.index[rows].tolist(), stack.tolist(), [t.type[r] for r in rows.tolist()],
+    columns: tuple[Any, ...] = (q.tolist(), partial.tolist(), t.index[rows].tolist(), stack.tolist(), [t.type[r] for r in rows.tolist()],
                stage_names(t.stage[rows]), t.kernel_count[rows].tolist(), t.duration[rows].tolist(),
                t.start[rows].tolist(), t.end[rows].tolist(), _shorts(a, t.first[rows]), _shorts(a, t.last[rows]))
-    keys = ("pass", "partial", "index", "stack", "type", "stage", "kernel_count", "duration_ns", "start_ns", "end_ns",
-            "first_kernel", "last_kernel")
+    keys: tuple[str, ...] = ("pass", "partial", "index", "stack", "type", "stage", "kernel_count", "duration_ns", "start_ns",
+                             "end_ns", "first_kernel", "last_kernel")
+    if a.roofline is not None:
+        cost = layer_costs(a.roofline, a.trace, a.layers, t)
+        columns += tuple(cost[k][rows].tolist() for k in LAYER_COSTS)
+        keys += LAYER_COSTS
     return [dict(zip(keys, values)) for values in zip(*columns)]
 
 

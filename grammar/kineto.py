@@ -2,8 +2,8 @@
 
 The ``traceEvents`` array is decoded in pieces of 64 to 256 KB of text by msgspec into typed
 structs that keep only the fields layerc uses, so memory stays bounded on multi-GB traces and
-unknown fields cost nothing; a small trace is one decode of the whole document. ``Input Dims``
-stays raw JSON text until someone asks. Event kinds can be skipped (``kinds=``). µs float
+unknown fields cost nothing; a small trace is one decode of the whole document. ``Input Dims``,
+``Input type`` and ``Concrete Inputs`` stay raw JSON text until someone asks. Event kinds can be skipped (``kinds=``). µs float
 timestamps become int64 ns. CUDA and ROCm fields, runtime and driver launches,
 ``cudaGraphLaunch``/``hipGraphLaunch`` replays (their kernels share the launch's correlation
 id), and both flow-category generations (``ac2g``, legacy ``async_cpu_to_gpu``) are understood.
@@ -69,6 +69,8 @@ class _Args(msgspec.Struct, gc=False):
     shared: _Num = _F(default=-1, name="shared memory")
     bytes: _Num = -1
     input_dims: msgspec.Raw = _F(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = _F(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = _F(default=msgspec.Raw(b""), name="Concrete Inputs")
     sequence: _Num = _F(default=-1, name="Sequence number")
 
 
@@ -782,6 +784,8 @@ class _Rows:
             cols["shared"] += [a.shared for a in args]
         elif table == "cpu_ops":
             cols["input_dims"] += [str(a.input_dims, "utf-8", "replace") for a in args]
+            cols["input_types"] += [str(a.input_types, "utf-8", "replace") for a in args]
+            cols["concrete_inputs"] += [str(a.concrete_inputs, "utf-8", "replace") for a in args]
             cols["sequence"] += [a.sequence for a in args]
         elif table == "memops":
             cols["bytes"] += [a.bytes for a in args]
@@ -805,9 +809,10 @@ class _Rows:
                 xyz = _triples(values)
                 cols.update({f"{axis}_x": xyz[:, 0], f"{axis}_y": xyz[:, 1], f"{axis}_z": xyz[:, 2]})
             cols["shared_static"] = _ints(raw.pop("shared"))
-        if "input_dims" in raw:
-            dims = raw.pop("input_dims")
-            cols["input_dims"] = np.where(np.fromiter(map(bool, dims), bool, len(dims)), self._ids(dims), -1).astype(np.int32)
+        for key in ("input_dims", "input_types", "concrete_inputs"):  # raw JSON text, interned; -1 where absent
+            if key in raw:
+                texts = raw.pop(key)
+                cols[key] = np.where(np.fromiter(map(bool, texts), bool, len(texts)), self._ids(texts), -1).astype(np.int32)
         cols.update((name, _ints(values)) for name, values in raw.items())
         self.parts[table].append(cols)
 

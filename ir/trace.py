@@ -174,7 +174,7 @@ class CpuOps(Table):
 
     COLUMNS: ClassVar[dict[str, str]] = {
         "start": _I64, "end": _I64, "pid": _I64, "tid": _I64, "name": _I32, "external_id": _I64,
-        "input_dims": _I32, "sequence": _I64, "row": _I64,
+        "input_dims": _I32, "input_types": _I32, "concrete_inputs": _I32, "sequence": _I64, "row": _I64,
     }
     start: np.ndarray
     end: np.ndarray
@@ -183,6 +183,8 @@ class CpuOps(Table):
     name: np.ndarray
     external_id: np.ndarray
     input_dims: np.ndarray  #: the ``Input Dims`` JSON text, interned
+    input_types: np.ndarray  #: the ``Input type`` JSON text (``["c10::BFloat16", "Scalar"]``), interned
+    concrete_inputs: np.ndarray  #: the ``Concrete Inputs`` JSON text (scalars' values: ``is_causal``), interned
     sequence: np.ndarray
     row: np.ndarray
 

@@ -43,6 +43,7 @@ BUILTIN_PASSES: dict[str, tuple[str, str]] = {
     "detect-layers": ("trace", "layerc.passes.trace_passes:DetectLayers"),
     "merge-half-layers": ("trace", "layerc.passes.trace_passes:MergeHalfLayers"),
     "type-layers": ("trace", "layerc.passes.trace_passes:TypeLayers"),
+    "measure-roofline": ("trace", "layerc.passes.trace_passes:MeasureRoofline"),
     "mem-liveness": ("mem", "layerc.passes.mem_liveness:MemLiveness"),
     "mem-check": ("mem", "layerc.passes.mem_check:MemCheck"),
     "trace-ops": ("optree", "layerc.passes.optrace_passes:TraceOps"),

@@ -1,5 +1,5 @@
 """Passes over the trace IR: ``classify-kernels``, ``detect-layers``, ``merge-half-layers``,
-``type-layers``. They follow the graph passes' contract (frozen dataclass, ``name``, typed
+``type-layers``, ``measure-roofline``. They follow the graph passes' contract (frozen dataclass, ``name``, typed
 options, ``apply(ctx, module)``) on a ``TraceModule``, so pipelines, verification and timing
 work the same way, and another tool can run one on its own::
 
@@ -22,6 +22,7 @@ from layerc.passes.kernel_tables import Classification, kernel_table
 from layerc.passes.layer_facts import LayerTable, kernel_stages, layer_table
 from layerc.passes.stage_shapes import stage_votes
 from layerc.passes.layer_strategies import STRATEGIES
+from layerc.passes.roofline import Roofline, kernel_roofline
 from layerc.passes.trace_layers import LayerResult, by_pass, detect_layers, mark_partial, merge_half_layers, per_pass_counts
 
 #: each kernel's pass and decoder layer, one detection per (trace, strategy, classification, merge)
@@ -37,10 +38,13 @@ class TraceModule:
     layers: LayerResult | None = None
     table: LayerTable | None = None
     stage: np.ndarray | None = None  #: per kernel, after layer voting
+    roofline: Roofline | None = None  #: per kernel: FLOPs, bytes and their bound at the GPU's peaks
 
     def verify(self) -> None:
         n = len(self.trace.kernels)
-        columns = {"classification": self.classification and self.classification.type, "stage": self.stage}
+        columns: dict[str, np.ndarray | None] = {
+            "classification": None if self.classification is None else self.classification.type, "stage": self.stage,
+            "roofline": None if self.roofline is None else self.roofline.flops}
         if self.layers is not None:
             columns.update(layer=self.layers.layer, pass_of=self.layers.pass_of)
             if len(self.layers.layer) and int(self.layers.layer.min()) < -1:
@@ -147,11 +151,28 @@ class TypeLayers(ModulePass["TraceModule"]):
         module.stage = kernel_stages(module.trace, cls, layers, module.table, votes)
 
 
+@dataclass(frozen=True)
+class MeasureRoofline(ModulePass["TraceModule"]):
+    """Each kernel's FLOPs and bytes, from the shapes the op that launched it recorded, and the
+    time they take at its GPU's peaks (``roofline``: unknown where no shapes or no model)."""
+
+    name: ClassVar[str] = "measure-roofline"
+    ir: ClassVar[str] = "trace"
+    preserves: ClassVar[tuple[str, ...]] = ("*",)  #: it adds the costs, changes nothing
+
+    @classmethod
+    def satisfied(cls, module: TraceModule) -> bool:
+        return module.roofline is not None
+
+    def apply(self, ctx: Context, module: TraceModule) -> None:
+        module.roofline = kernel_roofline(module.trace)
+
+
 def trace_pipeline(tables: str | None = None, strategy: str = "auto", merge: bool = True) -> list[ModulePass[TraceModule]]:
     """``layerc trace``'s passes: classify (``tables``: extra TOML families), find the layers
-    (``strategy``; ``merge=False`` keeps half layers apart), type them. Built as objects: a
-    tables path may hold any character a pipeline's text could not."""
-    return [ClassifyKernels(tables), DetectLayers(strategy, merge=merge), TypeLayers()]
+    (``strategy``; ``merge=False`` keeps half layers apart), type them, measure the roofline.
+    Built as objects: a tables path may hold any character a pipeline's text could not."""
+    return [ClassifyKernels(tables), DetectLayers(strategy, merge=merge), TypeLayers(), MeasureRoofline()]
 
 
 def __getattr__(name: str) -> object:

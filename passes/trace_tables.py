@@ -17,6 +17,7 @@ import numpy as np
 from layerc.ir.trace import Trace, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 from layerc.passes.layer_facts import STAGES, pass_stages
+from layerc.passes.roofline import layer_costs
 
 if TYPE_CHECKING:
     import pandas
@@ -118,7 +119,19 @@ def _kernels(module: TraceModule, sel: Selection) -> dict[str, Any]:
         "graph_replay": t.replayed()[rows],
         "grid_x": _ids(k.grid_x[rows]), "grid_y": _ids(k.grid_y[rows]), "grid_z": _ids(k.grid_z[rows]),
         "block_x": _ids(k.block_x[rows]), "block_y": _ids(k.block_y[rows]), "block_z": _ids(k.block_z[rows]),
+        **_kernel_costs(module, rows),
     }
+
+
+def _kernel_costs(module: TraceModule, rows: np.ndarray) -> dict[str, Any]:
+    """FLOPs, bytes and the roofline's time of each kernel (measure-roofline; null: unknown)."""
+    import pyarrow as pa
+
+    r = module.roofline
+    if r is None:
+        return {}
+    return {name: pa.array(values[rows], mask=np.isnan(values[rows]))
+            for name, values in (("flops", r.flops), ("bytes", r.bytes), ("roofline_ns", r.bound_ns))}
 
 
 def _layers(module: TraceModule, sel: Selection) -> dict[str, Any]:
@@ -137,6 +150,8 @@ def _layers(module: TraceModule, sel: Selection) -> dict[str, Any]:
         "duration_ns": table.duration[rows], "start_ns": table.start[rows], "end_ns": table.end[rows],
         "first_kernel": _names(cls.short[table.first[rows]], t.strings.values),
         "last_kernel": _names(cls.short[table.last[rows]], t.strings.values),
+        **({name: pa.array(values[rows].tolist(), pa.int64() if name in ("flops", "bytes") else pa.float64())
+            for name, values in layer_costs(module.roofline, t, layers, table).items()} if module.roofline is not None else {}),
     }
 
 

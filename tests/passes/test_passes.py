@@ -73,7 +73,7 @@ def test_registry_is_lazy_and_complete():
 
     passes = get_all_passes()
     assert {"dce", "select-graph", "strip-unused-weights", "classify-kernels", "mem-check", "trace-ops"} <= set(passes)
-    assert len(passes) == 20
+    assert len(passes) == 21
     for name, factory in passes.items():
         cls = factory()
         assert cls.name == name and cls.ir == pass_ir(name) and cls.ir in IRS

@@ -93,7 +93,7 @@ def test_bad_options_and_names_fail_before_running():
         build_pipeline("detect-layers{strategy=guess}", TRACE_PASSES)
     with pytest.raises(ParseError, match=r"pass 'dce' runs on the graph IR \(layerc opt, layer\), not here"):
         build_pipeline("dce", TRACE_PASSES)  # a graph pass is no trace pass
-    assert set(TRACE_PASSES) == {"classify-kernels", "detect-layers", "merge-half-layers", "type-layers"}
+    assert set(TRACE_PASSES) == {"classify-kernels", "detect-layers", "merge-half-layers", "type-layers", "measure-roofline"}
     assert set(TRACE_PASSES) < set(get_all_passes()) and not set(TRACE_PASSES) & set(get_all_passes("graph"))
 
 
