@@ -31,6 +31,13 @@ def beside(module_file: str, suffix: str) -> Path | None:
         return None
 
 
+def stamp(path: str) -> tuple[int, int]:
+    """A module's file as Python stamps its bytecode (modification time, size): a key holds the
+    stamps of the code that derives what it keeps."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
+
+
 def _stamped(key: Any) -> tuple[Any, ...]:
     return (FORMAT, sys.version, marshal.version, key)
 

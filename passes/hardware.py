@@ -8,10 +8,12 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
-from layerc.grammar.config_files import ConfigFile, finite_number, read_toml_config, shown
 from layerc.ir.diagnostics import LayercError
+
+if TYPE_CHECKING:  # (TOML and its errors load where a file is read: a trace's run reads presets from the cache)
+    from layerc.grammar.config_files import ConfigFile
 
 Steps = tuple[tuple[float, float], ...]
 #: The longest fixed time per kernel or collective, in µs (a hardware file's or an option's): a
@@ -75,10 +77,33 @@ _HW_KEYS = {"name", "matrix_tflops", "vector_tflops", "hbm_gbps", "interconnect_
             "collective_latency_us", "matrix_efficiency", "vector_efficiency", "memory_efficiency", "devices"}
 
 
+_BUILTIN = Path(__file__).parent / "data" / "hardware.toml"  # (beside this module: importlib.resources costs a run 6 ms)
+
+
 @lru_cache(maxsize=1)
 def _builtin_file() -> ConfigFile:
-    path = Path(__file__).parent / "data" / "hardware.toml"  # (beside this module: importlib.resources costs a trace's run 6 ms)
-    return read_toml_config(path, path.read_text(encoding="utf-8"))
+    from layerc.grammar.config_files import read_toml_config
+
+    return read_toml_config(_BUILTIN, _BUILTIN.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _builtin_presets() -> dict[str, dict[str, Any]]:
+    """Every built-in preset's fields, in file order: kept beside this module's bytecode
+    (``data_cache``) under the file's text and this module's stamp, so a trace's run reads them
+    without parsing TOML (or importing its reader)."""
+    from dataclasses import fields
+
+    from layerc.passes import data_cache
+
+    cache = data_cache.beside(__file__, "hardware")
+    key = (_BUILTIN.read_text(encoding="utf-8"), data_cache.stamp(__file__))
+    found = data_cache.read(cache, key)
+    if found is None:
+        found = {k: {f.name: getattr(hw, f.name) for f in fields(Hardware)} for k in hardware_presets()
+                 for hw in (load_hardware(k),)}
+        data_cache.write(cache, key, found)
+    return cast("dict[str, dict[str, Any]]", found)
 
 
 def hardware_presets() -> tuple[str, ...]:
@@ -89,17 +114,17 @@ def hardware_presets() -> tuple[str, ...]:
 def device_preset(device: str) -> Hardware | None:
     """The first preset (in file order) one of whose ``devices`` regexes the profiler's name of
     a device matches (``NVIDIA H100 80GB HBM3`` → h100); None for a device no preset names."""
-    builtin = _builtin_file()
-    for key in hardware_presets():
-        table = builtin.doc[key]
-        if any(re.search(pattern, device) for pattern in table.get("devices", ())):
-            return load_hardware(key)
+    for preset in _builtin_presets().values():
+        if any(re.search(pattern, device) for pattern in preset["devices"]):
+            return Hardware(**preset)
     return None
 
 
 def load_hardware(spec: str) -> Hardware:
     """A preset (``h100``) or a TOML file with one table in the presets' format (``[defaults]``
     of the built-in file apply, and the file's own ``[defaults]`` if it has one)."""
+    from layerc.grammar.config_files import read_toml_config
+
     builtin = _builtin_file()
     if spec.lower() in builtin.doc and spec.lower() != "defaults":
         return _hardware(builtin, spec.lower(), builtin.doc.get("defaults", {}), source=None)
@@ -120,6 +145,8 @@ def load_hardware(spec: str) -> Hardware:
 
 
 def _hardware(f: ConfigFile, key: str, defaults: dict[str, Any], source: str | None) -> Hardware:
+    from layerc.grammar.config_files import finite_number, shown
+
     table = f.doc[key]
     doc = {**defaults, **table}
 
@@ -187,6 +214,8 @@ def _patterns(doc: dict[str, Any], bad: Callable[[str, str], LayercError]) -> tu
 
 
 def _steps(doc: dict[str, Any], k: str, bad: Callable[[str, str], LayercError]) -> Steps:
+    from layerc.grammar.config_files import finite_number
+
     v = doc.get(k, [[0, 1.0]])
     pairs = [tuple(finite_number(x) for x in p) if isinstance(p, list) and len(p) == 2 else (None, None)
              for p in v] if isinstance(v, list) else []

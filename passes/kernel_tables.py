@@ -333,14 +333,8 @@ def cache_key(files: list[tuple[Path, str]]) -> tuple[Any, ...]:
     """What the cached tables are derived from: the tables' files, and the code that reads them,
     finds their literals and compiles their regexes."""
     code = (__file__, literals.__code__.co_filename, compiled_parts.__code__.co_filename)
-    return sorted((str(p), text) for p, text in files), [_stamp(m) for m in code]
+    return sorted((str(p), text) for p, text in files), [data_cache.stamp(m) for m in code]
 
 
 def _kind_row(k: KernelKind) -> tuple[Any, ...]:
     return k.short, k.type, k.family, k.stage, k.layer_start, k.marks
-
-
-def _stamp(path: str) -> tuple[int, int]:
-    """The code that derives what the cache holds, as Python stamps a module's bytecode."""
-    st = os.stat(path)
-    return st.st_mtime_ns, st.st_size

@@ -39,7 +39,9 @@ _ELEMENT: dict[str, tuple[int, str]] = {
 COMPUTE, MEMORY = "compute", "memory"  #: what bounds an op's kind: the matrix peak, or HBM
 
 
-@dataclass(frozen=True)
+# (the dataclasses of a trace's run make only ``__init__``: each method a dataclass makes is compiled
+# as the module loads, and a small run pays it)
+@dataclass(eq=False, repr=False)
 class OpCost:
     """What one op moves and computes."""
 
@@ -49,13 +51,13 @@ class OpCost:
     bound: str  #: COMPUTE or MEMORY
 
 
-@dataclass(frozen=True)
 class _Call:
     """An op's recorded inputs: per input its dims (None: not a tensor) and element type."""
 
-    dims: list[Any]
-    types: list[Any]
-    concrete: list[Any]
+    __slots__ = ("dims", "types", "concrete")
+
+    def __init__(self, dims: list[Any], types: list[Any], concrete: list[Any]):
+        self.dims, self.types, self.concrete = dims, types, concrete
 
     def tensor(self, i: int) -> tuple[int, ...] | None:
         if i >= len(self.dims) or not isinstance(self.dims[i], list) or not self.dims[i]:
@@ -251,7 +253,7 @@ def op_cost(name: str, dims: str | None, types: str | None, concrete: str | None
 
 
 # -- per kernel ---------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Roofline:
     """Per kernel: FLOPs, bytes and the time they take at the GPU's peaks (NaN: unknown)."""
 

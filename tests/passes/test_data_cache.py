@@ -78,7 +78,7 @@ def test_other_tables_or_other_code_are_not_read_from_it(tmp_path, writing, monk
     assert builtin_table(cache).lookup("Cijk_Alik_Bljk_BBS_BH").short == "hipblaslt_gemm"
     assert _from_cache(builtin_table(cache))
     # the code that derives the literals, changed (as a checkout's edit changes its stamp)
-    monkeypatch.setattr(kernel_tables, "_stamp", lambda path: (0, 0))
+    monkeypatch.setattr(kernel_tables.data_cache, "stamp", lambda path: (0, 0))
     assert not _from_cache(builtin_table(cache))
     assert _from_cache(builtin_table(cache))  # kept again under the new stamp
 
@@ -141,3 +141,13 @@ def test_the_trace_command_writes_it_where_python_keeps_bytecode(tmp_path):
     assert runs[0].stdout == runs[1].stdout
     kept = list((tmp_path / "pyc").rglob("kernel_tables.*.tables"))
     assert len(kept) == 1 and data_cache.read(kept[0], _key()) is not None
+
+
+def test_hardware_presets_from_the_cache_are_those_of_the_toml():
+    """A trace's roofline reads the presets' fields from the cache: each is the preset as the TOML
+    gives it (load_hardware), whichever way it was read."""
+    from layerc.passes import hardware
+
+    for key, fields in hardware._builtin_presets().items():
+        assert hardware.Hardware(**fields) == hardware.load_hardware(key)
+        assert fields["devices"], f"{key}: a preset no device name finds"
