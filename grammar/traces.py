@@ -21,9 +21,11 @@ RELEASE_FROM = 1 << 16
 
 
 def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
-    """The trace at ``path``, rows that no clock can have produced left out (and counted)."""
+    """The trace at ``path``, rows that no clock can have produced left out (and counted), every
+    table in start order."""
     trace = _read(path, kinds)
     trace.drop_invalid()
+    trace.in_start_order()
     if len(trace.kernels) >= RELEASE_FROM:
         inputs.release_freed()
     return trace

@@ -327,7 +327,7 @@ class Trace:
         int64 range, a negative byte count), each kind counted in ``meta["dropped"]`` and said in
         one warning, so that no report is built on them. Readers call this once."""
         dropped: dict[str, dict[str, int]] = {}
-        for table_name in ("kernels", "launches", "cpu_ops", "annotations", "memops", "modules"):
+        for table_name in _TABLE_NAMES:
             table = getattr(self, table_name)
             if not len(table):
                 continue
@@ -347,6 +347,16 @@ class Trace:
         if dropped:
             self.meta["dropped"] = dropped
 
+    def in_start_order(self) -> None:
+        """Every table's rows in start order (a stable sort, ties in file order), the order the
+        passes read them in. A profiler writes events in the order its buffers fill (Kineto:
+        per activity buffer), not in time order; the file's order stays in ``row``. Readers call
+        this once."""
+        for table_name in _TABLE_NAMES:
+            table = getattr(self, table_name)
+            if len(table) > 1 and (np.diff(table.start) < 0).any():
+                setattr(self, table_name, table.take(np.argsort(table.start, kind="stable")))
+
     def summary(self) -> dict[str, int]:
         return {
             "kernels": len(self.kernels), "launches": len(self.launches), "cpu_ops": len(self.cpu_ops),
@@ -356,6 +366,9 @@ class Trace:
 
 #: Times beyond this (292 years in ns) overflow once two of them are added or subtracted.
 TIME_LIMIT = 1 << 62
+
+
+_TABLE_NAMES = ("kernels", "launches", "cpu_ops", "annotations", "memops", "modules")
 
 
 def _invalid_rows(table: Table) -> Iterator[tuple[str, np.ndarray]]:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "layer": ("layerc.tools.layer", "one decoder layer of a dump as JSON, DOT, PNG and SVG"),
     "trace": ("layerc.tools.trace", "kernels of a trace by type, stage and decoder layer; JSON, CSV and Perfetto outputs"),
     "replay": ("layerc.tools.replay", "the kernels of one CUDA-graph replay, by layer and stream, as JSON"),
+    "diff": ("layerc.tools.diff", "two traces compared layer by layer: changed, added, removed and fused kernels, largest first"),
     "perfetto": ("layerc.tools.perfetto", "a trace as a Perfetto timeline (.pftrace or Chrome JSON), replays and layers as spans"),
     "gen-trace": ("layerc.tools.gen_trace", "generate a realistic Kineto trace of LLM serving with layer and stage truth"),
     "gen-nsys": ("layerc.tools.gen_nsys", "generate a realistic Nsight Systems SQLite export of LLM inference"),
