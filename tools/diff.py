@@ -27,7 +27,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("b", type=input_path, metavar="B", help="the trace to compare with it")
     strategy_option(p)
     p.add_argument("--threshold", type=_share, default=None, metavar="PCT",
-                   help="the least change reported, in % of the time (default 5); a change must also exceed the noise")
+                   help="the least change reported, in %% of the time (default 5); a change must also exceed the noise")
     p.add_argument("--json", type=output_path, metavar="FILE", help="write the whole comparison as JSON")
     p.add_argument("--png", type=output_path, metavar="FILE", help="draw each layer's change per stage (a bar chart)")
 

@@ -1,0 +1,33 @@
+"""``layerc diff`` as a command: a run against itself has no change; its outputs appear together
+(JSON and a PNG), or none where an input is broken; a bad option is a usage error."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import SHARED
+from tests.layerc_cli import run_layerc
+
+TRACE = SHARED / "data" / "traces" / "torch" / "sglang_qwen3-8b_extend_mi300x.json.gz"
+
+
+def test_a_run_against_itself_has_no_change(tmp_path, shared):
+    rc, out, err = run_layerc("diff", TRACE, TRACE, "--json", tmp_path / "d.json", "--png", tmp_path / "d.png")
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["changes"] == [] and all(b["delta_ns"] == 0 for b in doc["blocks"]) and doc["blocks"]
+    assert "no change above the noise" in out
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_broken_input_writes_nothing(tmp_path, shared):
+    broken = tmp_path / "b.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
+    rc, _, err = run_layerc("diff", TRACE, broken, "--json", tmp_path / "d.json", "--png", tmp_path / "d.png")
+    assert rc == 1 and "error:" in err and "Traceback" not in err
+    assert not (tmp_path / "d.json").exists() and not (tmp_path / "d.png").exists()
+
+
+def test_a_bad_threshold_is_a_usage_error(shared):
+    rc, _, err = run_layerc("diff", TRACE, TRACE, "--threshold", "lots")
+    assert rc == 2 and "--threshold" in err
