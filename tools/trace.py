@@ -28,7 +28,11 @@ def _layer_list(text: str) -> tuple[int, ...]:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", type=input_path, help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep)")
+    p.add_argument("trace", type=input_path, help="PyTorch profiler trace (.json, .json.gz) or nsys export (.sqlite, .nsys-rep); "
+                                                 "a directory, or several traces: every rank of a job, compared")
+    p.add_argument("more", type=input_path, nargs="*", metavar="TRACE", help="the other ranks' traces")
+    p.add_argument("--jobs", type=positive_int, metavar="N", help="ranks analysed at once, each in its own process (default: the CPUs)")
+    p.set_defaults(usage_error=p.error)
     p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
     strategy_option(p)
     p.add_argument("--split-half-layers", action="store_true", help="keep each layer's attention and FFN halves apart (every strategy)")
@@ -56,7 +60,7 @@ def trace_passes(args: argparse.Namespace) -> list:
     return trace_pipeline(args.kernel_tables, args.strategy, merge=not args.split_half_layers)
 
 
-def analyze(args: argparse.Namespace) -> TraceModule:
+def analyze(args: argparse.Namespace, quiet: bool = False) -> TraceModule:
     """The trace read and run through ``trace_passes``: a module the trace emitters take."""
     from layerc.backends.trace_ir import print_trace
     from layerc.grammar import inputs
@@ -71,7 +75,7 @@ def analyze(args: argparse.Namespace) -> TraceModule:
     if len(trace.kernels) >= RELEASE_FROM:
         # the process's allocator policy, which a command sets (a library leaves it to its caller)
         inputs.reuse_freed()
-    for w in trace.warnings:
+    for w in trace.warnings if not quiet else ():  # (quiet: a worker's caller says them)
         warn(args, w, trace.source)
     module = TraceModule(trace)
     manager.run(Context(), module)
@@ -102,11 +106,109 @@ def config_layers(path: str) -> int:
     raise cfg.error("the config has no num_hidden_layers (at its top or in text_config) to check the layers against")
 
 
+#: the files a directory of traces holds (PyTorch and vLLM write one per rank; nsys one per process)
+TRACE_FILES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+
+
+def traces_of(args: argparse.Namespace) -> list[str]:
+    """The traces the command line names: files as given, a directory's trace files (sorted)."""
+    import os
+
+    from layerc.ir.diagnostics import LayercError
+
+    found: list[str] = []
+    for path in (args.trace, *args.more):
+        if os.path.isdir(path):
+            inside = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(TRACE_FILES)
+                            and os.path.isfile(os.path.join(path, f)))
+            if not inside:
+                raise LayercError(f"no trace in {path} (files ending in {', '.join(TRACE_FILES)})", path)
+            found += inside
+        else:
+            found.append(path)
+    return found
+
+
+def _rank_job(path: str, strategy: str, stage: str, kernels: bool = False) -> tuple[int | None, dict, list[str]]:
+    """One rank, in a worker process: its trace analysed, its tables (Arrow) and warnings back;
+    the kernels' table only where it is written (``kernels``): it is most of what would travel."""
+    from layerc.passes.ranks import module_rank, rank_tables
+
+    module = analyze(argparse.Namespace(trace=path, kernel_tables=None, strategy=strategy, split_half_layers=False,
+                                        timing=False, stage=stage), quiet=True)
+    said = module.layers.warnings if module.layers else []
+    tables = rank_tables(module, module_rank(module) or 0, stage)
+    if not kernels:
+        del tables["kernels"]
+    return module_rank(module), tables, [*module.trace.warnings, *said]
+
+
+def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
+    """Every rank's trace analysed in parallel processes (``--jobs``), then compared."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from layerc.backends.ranks_report import json_text, show_ranks, write_parquet_ranks
+    from layerc.passes.ranks import compare_ranks
+
+    jobs = min(args.jobs or os.cpu_count() or 1, len(paths))
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(_rank_job, paths, [args.strategy] * len(paths), [args.stage] * len(paths),
+                                    [bool(args.parquet)] * len(paths)))
+    else:
+        results = [_rank_job(p, args.strategy, args.stage, bool(args.parquet)) for p in paths]
+    said = [r for r, _, _ in results]
+    if all(r is not None for r in said) and len(set(said)) == len(said):
+        ranks = [int(r) for r in said if r is not None]
+    else:
+        ranks = list(range(len(paths)))
+        warn(args, "the traces do not each name a rank of their own (distributedInfo): ranks are numbered by the "
+                   "order of the files", paths[0])
+    for path, (_, _, warnings) in zip(paths, results):
+        for w in warnings:
+            warn(args, w, path)
+    ordered = sorted(zip(ranks, paths, [t for _, t, _ in results]), key=lambda x: x[0])
+    tables = [(rank, path, _relabelled(t, rank)) for rank, path, t in ordered]
+    comparison = compare_ranks(tables)
+    if args.json:
+        from layerc.backends.outputs import write_atomic
+
+        write_atomic(args.json, json_text(comparison))
+    if args.parquet:
+        write_parquet_ranks(tables, args.parquet)
+    show_ranks(comparison)
+    return 0
+
+
+def _relabelled(tables: dict, rank: int) -> dict:
+    """A rank's tables with its rank column set to ``rank`` (numbered by file order, where needed)."""
+    import pyarrow as pa
+
+    out = {}
+    for name, t in tables.items():
+        i = t.schema.get_field_index("rank")
+        out[name] = t.set_column(i, "rank", pa.array([rank] * t.num_rows, pa.int32())) if i >= 0 else t
+    return out
+
+
+_SINGLE = ("perfetto", "csv", "debug_layers", "show_layer_terminal", "print_ir_after_all", "model_config", "num_layers",
+           "kernel_tables", "split_half_layers", "timing")
+
+
 def run(args: argparse.Namespace) -> int:
     from layerc.backends.trace_report import Analysis, mismatched_passes, show
 
     if printed_pipeline(args, trace_passes(args)):
         return 0
+    paths = traces_of(args)
+    if len(paths) > 1:
+        given = [f"--{name.replace('_', '-')}" for name in _SINGLE if getattr(args, name, None)]
+        if given:
+            args.usage_error(f"{', '.join(given)}: for one trace, not {len(paths)} (the ranks take --json, --parquet, "
+                             "--strategy, --stage and --jobs)")
+        return run_ranks(args, paths)
+    args.trace = paths[0]
     if getattr(args, "model_config", None):
         from_config = config_layers(args.model_config)
         if args.num_layers and args.num_layers != from_config:

@@ -1,0 +1,85 @@
+"""``layerc trace`` on every rank of a job (a directory, or several files): each rank analysed in
+its own process, then compared. On four ranks of one workload, each with its own noise, where
+rank 2 computes decode layer 5 half as long again and the others wait for it in that layer's
+all-reduce, the straggler of decode layer 5 is rank 2, the others' waits there are the planted
+delay, and no other layer has a straggler; the processes change no byte of the JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.layerc_cli import run_layerc
+from tests.passes.test_trace_diff import _generate, _kernels, jitter
+
+RANKS, SLOW, LAYER = 4, 2, 5
+
+
+def _job(tmp: Path, seed: int, straggle: bool = True, model: str = "llama") -> Path:
+    base, truth = _generate(tmp / "base.json.gz", seed, model, tp=RANKS)
+    delay: dict[int, float] = {}  # per decode pass: what the straggler adds to layer LAYER
+    for e, k in _kernels(base, truth):
+        if straggle and k["stage"] == "decode" and k["layer"] == LAYER and k["kernel_type"] != "COMMUNICATION":
+            delay[k["pass"]] = delay.get(k["pass"], 0.0) + 0.5 * e["dur"]
+    job = tmp / "job"
+    job.mkdir()
+    for rank in range(RANKS):
+        doc = jitter(json.loads(json.dumps(base)), 100 * seed + rank)
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": RANKS}
+        waited = set()
+        for e, k in _kernels(doc, truth):
+            if k["stage"] != "decode" or k["layer"] != LAYER or k["pass"] not in delay:
+                continue
+            if rank == SLOW and k["kernel_type"] != "COMMUNICATION":
+                e["dur"] = round(e["dur"] * 1.5, 3)
+            elif rank != SLOW and k["kernel_type"] == "COMMUNICATION" and k["pass"] not in waited:
+                e["dur"] = round(e["dur"] + delay[k["pass"]], 3)  # the first all-reduce after the slow compute
+                waited.add(k["pass"])
+        (job / f"rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return job
+
+
+def _compare(job: Path, tmp: Path, *flags: str) -> dict:
+    out = tmp / f"ranks{len(flags)}.json"
+    rc, _, err = run_layerc("trace", job, "--json", out, *flags)
+    assert rc == 0, err
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("seed", [1, 4, 7])
+def test_the_straggler_and_the_waits_are_found(seed, tmp_path):
+    c = _compare(_job(tmp_path, seed), tmp_path, "--jobs", "2")
+    assert [r["rank"] for r in c["ranks"]] == list(range(RANKS)) and c["same_passes"]
+    stragglers = {(x["stage"], x["layer"]): x["straggler"] for x in c["layers"] if x["straggler"] is not None}
+    assert stragglers == {("decode", LAYER): SLOW}
+    layer = next(x for x in c["layers"] if (x["stage"], x["layer"]) == ("decode", LAYER))
+    waits = {int(r): w for r, w in layer["wait_ns"].items()}
+    assert waits[SLOW] < min(w for r, w in waits.items() if r != SLOW) / 3
+    assert all(r["communication_pct"] > 0 for r in c["ranks"])
+
+
+@pytest.mark.parametrize("seed", [2, 5])
+def test_ranks_that_differ_by_noise_have_no_straggler(seed, tmp_path):
+    c = _compare(_job(tmp_path, seed, straggle=False), tmp_path)
+    assert all(x["straggler"] is None for x in c["layers"])
+
+
+def test_processes_change_no_byte_and_the_tables_hold_every_rank(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    job = _job(tmp_path, 3)
+    one = _compare(job, tmp_path, "--jobs", "1")
+    two = _compare(job, tmp_path, "--jobs", "2", "--parquet", tmp_path / "tables")
+    assert one == two
+    rows = duckdb.sql(f"select rank, count(*) from read_parquet('{tmp_path}/tables/kernels/*/*.parquet', hive_partitioning = true) "
+                      "group by rank order by rank").fetchall()
+    assert rows == [(r["rank"], r["kernels"]) for r in one["ranks"]]
+
+
+def test_options_of_one_trace_are_refused_for_several(tmp_path):
+    job = _job(tmp_path, 1, straggle=False)
+    rc, _, err = run_layerc("trace", job, "--csv", tmp_path / "x.csv")
+    assert rc == 2 and "--csv" in err
+    assert not (tmp_path / "x.csv").exists()
