@@ -74,7 +74,7 @@ WINDOW = 1 << 19
 _UUID_BASE = 0x6C63 << 40
 
 _SEQ_CLEARED, _SEQ_NEEDS = 1, 2
-_BEGIN, _END = 1, 2
+_BEGIN, _END, _COUNTER = 1, 2, 4  # TrackEvent.Type
 _END_GROUP = 7  # the group of END events of every kind (BEGINs are grouped by kind)
 _EXPLICIT = 3  # TrackDescriptor.ChildTracksOrdering.EXPLICIT
 
@@ -92,10 +92,24 @@ _A_CORRELATION, _A_NODE, _A_EXTERNAL, _A_LAYER = (_ARG[k] for k in ("correlation
 
 
 # -- public API ---------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Counter:
+    """A counter track under a device (``layer TFLOP/s``): ``value`` from each ``start`` to its
+    ``end`` (0 between). Written after the slices (trace_processor sorts by time), in time order."""
+
+    name: str
+    unit: str
+    device: int
+    start: np.ndarray
+    end: np.ndarray
+    value: np.ndarray
+
+
 def write_pftrace(trace: Trace, path: str | os.PathLike, spans: Iterable[Any] | None = None,
-                  layer_of: np.ndarray | None = None) -> dict[str, int]:
-    """Write ``trace`` (and ``spans``, and each kernel's ``layer_of`` index) as a Perfetto protobuf
-    trace; returns counts (``packets``, ``slices``, ``flows``, ``tracks``, ``bytes``)."""
+                  layer_of: np.ndarray | None = None, counters: Iterable[Counter] = ()) -> dict[str, int]:
+    """Write ``trace`` (and ``spans``, each kernel's ``layer_of`` index, and ``counters``) as a
+    Perfetto protobuf trace; returns counts (``packets``, ``slices``, ``flows``, ``tracks``,
+    ``counters``, ``bytes``)."""
     try:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
     except ImportError:  # pragma: no cover - the dependency is declared, but say what to install
@@ -103,7 +117,9 @@ def write_pftrace(trace: Trace, path: str | os.PathLike, spans: Iterable[Any] | 
     layout = _Layout(trace, spans, layer_of)
     with atomic_path(path) as tmp:
         with open_staged(tmp, path, "wb") as f:
-            stats = _ProtoWriter(pb, layout, f).write()
+            writer = _ProtoWriter(pb, layout, f)
+            stats = writer.write()
+            stats["counters"] = writer.counters(list(counters))
         stats["bytes"] = os.path.getsize(tmp)
     return stats
 
@@ -413,6 +429,7 @@ class _Layout:
             taken.add(dev_pid)
             label = _device_label(t, d, devices)
             dev_track[d] = self._new(name=label, process=(_i32(dev_pid), label), ordered=True, json_pid=dev_pid)
+        self.device_tracks = dev_track
         tids: dict[int, set] = {tr.json_pid: set() for tr in dev_track.values()}
         for d, s in set(zip(k.device.tolist(), k.stream.tolist())) | set(zip(m.device.tolist(), m.stream.tolist())):
             tids[dev_track[d].json_pid].add(s)
@@ -862,6 +879,31 @@ class _ProtoWriter:
     def _flush(self, batch) -> None:
         self.packets += len(batch.packet)
         self.f.write(batch.SerializeToString())
+
+    def counters(self, series: list[Counter]) -> int:
+        """Each counter's track (under its device, after the layout's tracks) and values: a value
+        at each start, 0 at each end (an end before a start at the same time). Returns the values
+        written. (Layers are thousands, not millions: the protobuf library writes them.)"""
+        pb, written = self.pb, 0
+        for n, c in enumerate(series):
+            parent = self.lay.device_tracks.get(c.device)
+            if parent is None or not len(c.start):
+                continue
+            uuid = _UUID_BASE + len(self.lay.tracks) + 1 + n
+            batch = pb.Trace()
+            p = batch.packet.add()
+            p.trusted_packet_sequence_id = SEQUENCE_ID
+            p.track_descriptor.uuid, p.track_descriptor.parent_uuid, p.track_descriptor.name = uuid, parent.uuid, c.name
+            p.track_descriptor.counter.unit_name = c.unit
+            order = np.argsort(c.start, kind="stable")
+            for ts, end, value in zip(c.start[order].tolist(), c.end[order].tolist(), c.value[order].tolist()):
+                for when, v in ((ts, value), (end, 0.0)):
+                    e = batch.packet.add()
+                    e.timestamp, e.trusted_packet_sequence_id = when, SEQUENCE_ID
+                    e.track_event.type, e.track_event.track_uuid, e.track_event.double_counter_value = _COUNTER, uuid, v
+                written += 1
+            self._flush(batch)
+        return written
 
     def _encode(self, ts: np.ndarray, codes: np.ndarray) -> tuple:
         """One batch of events as packets, encoded from columns (``pb_columns``): the BEGINs of

@@ -284,9 +284,37 @@ def write_perfetto(a: Analysis, path: str, fmt: str) -> dict:
     spans.append(SpanTable("layers", names, name_of, t.start[rows], t.end[rows], k.device[t.first[rows]], {
         "layer": column(index), "type": (type_names.tolist(), type_of), "stage": ([stage_name(x) for x in stages.tolist()], stage_of),
         "kernels": column(t.kernel_count[rows]), "pass": column(t.pass_index[rows])}))
-    write = write_chrome_json if fmt == "json" else write_pftrace
-    stats = write(a.trace, path, spans=spans, layer_of=np.where(a.keep, lay.layer, -1)) or {}
+    layer_of = np.where(a.keep, lay.layer, -1)
+    if fmt == "json":
+        stats = write_chrome_json(a.trace, path, spans=spans, layer_of=layer_of) or {}
+    else:
+        stats = write_pftrace(a.trace, path, spans=spans, layer_of=layer_of, counters=_roofline_counters(a, rows)) or {}
     return {**stats, "spans": sum(len(x.name) if isinstance(x, SpanTable) else 1 for x in spans)}
+
+
+def _roofline_counters(a: Analysis, rows: np.ndarray) -> list:
+    """Per device, counter tracks of each layer's achieved TFLOP/s and GB/s (its FLOPs and bytes
+    over its kernels' time) and its roofline share, over the layer's span; layers without a known
+    cost have none (measure-roofline)."""
+    from layerc.backends.perfetto import Counter
+
+    if a.roofline is None or not len(rows):
+        return []
+    t, k = a.table, a.trace.kernels
+    cost = layer_costs(a.roofline, a.trace, a.layers, t)
+    flops = np.array([np.nan if v is None else float(v) for v in cost["flops"][rows].tolist()])
+    moved = np.array([np.nan if v is None else float(v) for v in cost["bytes"][rows].tolist()])
+    share = np.array([np.nan if v is None else float(v) for v in cost["roofline_pct"][rows].tolist()])
+    busy = np.maximum(t.duration[rows].astype(np.float64), 1.0)
+    device = k.device[t.first[rows]]
+    out = []
+    for d in unique(device).tolist():
+        for name, unit, values in (("layer TFLOP/s", "TFLOP/s", flops / busy / 1e3), ("layer GB/s", "GB/s", moved / busy),
+                                   ("layer % of roofline", "%", share)):
+            has = (device == d) & ~np.isnan(values)
+            if has.any():
+                out.append(Counter(name, unit, int(d), t.start[rows][has], t.end[rows][has], values[has]))
+    return out
 
 
 def _console(con=None) -> tuple[Any, Any]:
