@@ -92,7 +92,7 @@ EMITTERS: tuple[Emitter, ...] = (
     Emitter("trace", "csv", "layerc.backends.trace_report:csv_module_text", "one row per layer (trace --csv)", ("type-layers",)),
     Emitter("trace", "table", "layerc.backends.trace_report:table_text", "trace's tables, as plain text", ("type-layers",)),
     Emitter("trace", "pftrace", "layerc.backends.trace_report:write_module_perfetto",
-            "Perfetto timeline with passes and layers as spans", ("type-layers",), "stream"),
+            "Perfetto timeline with passes and layers as spans, layer roofline counters", _COSTED, "stream"),
     Emitter("trace", "chrome-json", "layerc.backends.trace_report:write_module_chrome_json",
             "the same timeline as Chrome trace JSON", ("type-layers",), "stream"),
     Emitter("trace", "parquet", "layerc.backends.trace_parquet:write_parquet",
