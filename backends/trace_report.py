@@ -144,7 +144,7 @@ def _layer_rows(a: Analysis) -> list[dict]:
     keys: tuple[str, ...] = ("pass", "partial", "index", "stack", "type", "stage", "kernel_count", "duration_ns", "start_ns",
                              "end_ns", "first_kernel", "last_kernel")
     if a.roofline is not None:
-        cost = layer_costs(a.roofline, a.trace, a.layers, t)
+        cost = layer_costs(a.roofline, a.trace, t)
         columns += tuple(cost[k][rows].tolist() for k in LAYER_COSTS)
         keys += LAYER_COSTS
     return [dict(zip(keys, values)) for values in zip(*columns)]
@@ -301,7 +301,7 @@ def _roofline_counters(a: Analysis, rows: np.ndarray) -> list:
     if a.roofline is None or not len(rows):
         return []
     t, k = a.table, a.trace.kernels
-    cost = layer_costs(a.roofline, a.trace, a.layers, t)
+    cost = layer_costs(a.roofline, a.trace, t)
     flops = np.array([np.nan if v is None else float(v) for v in cost["flops"][rows].tolist()])
     moved = np.array([np.nan if v is None else float(v) for v in cost["bytes"][rows].tolist()])
     share = np.array([np.nan if v is None else float(v) for v in cost["roofline_pct"][rows].tolist()])

@@ -39,6 +39,7 @@ class LayerTable:
     end: np.ndarray  #: last kernel end, ns
     first: np.ndarray  #: kernel index of the first kernel
     last: np.ndarray  #: kernel index of the last kernel
+    row_of: np.ndarray  #: per kernel of the trace: its layer's row, -1 outside layers
 
     def __len__(self) -> int:
         return len(self.index)
@@ -75,7 +76,7 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: n
     key = layers.pass_of * (int(layers.layer.max()) + 2 if len(inside) else 1) + layers.layer
     if not len(inside):
         e = np.zeros(0, np.int64)
-        return LayerTable(e, e, [], np.zeros(0, np.int8), e, e, e, e, e, e)
+        return LayerTable(e, e, [], np.zeros(0, np.int8), e, e, e, e, e, e, np.full(len(k), -1, np.int64))
     order = inside[group_then_start(key[inside], k.start[inside])]  # by layer, then start
     sorted_key = key[order]
     at = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
@@ -100,10 +101,12 @@ def layer_table(trace: Trace, cls: Classification, layers: LayerResult, votes: n
     names = [layer_type(*(bool(c >> bit & 1) for bit in range(len(flags)))) for c in range(1 << len(flags))]
     types = [names[c] for c in code.tolist()]
     first, last = order[at], order[ends - 1]
+    row_of = np.full(len(k), -1, np.int64)
+    row_of[order] = np.repeat(np.arange(len(at)), ends - at)
     return LayerTable(
         layers.pass_of[first].astype(np.int64), layers.layer[first].astype(np.int64), types,
         _propagate(layers.pass_of[first], stage), ends - at, add(end - start),
-        np.minimum.reduceat(start, at).astype(np.int64), np.maximum.reduceat(end, at).astype(np.int64), first, last,
+        np.minimum.reduceat(start, at).astype(np.int64), np.maximum.reduceat(end, at).astype(np.int64), first, last, row_of,
     )
 
 
@@ -142,11 +145,8 @@ def kernel_stages(trace: Trace, cls: Classification, layers: LayerResult, table:
     out = (stage_votes(trace, cls) if votes is None else votes).astype(np.int8, copy=True)
     if not len(table):
         return out
-    width = int(table.index.max()) + 1
-    lookup = np.full((int(layers.pass_of.max()) + 1) * width, UNKNOWN, np.int8)
-    lookup[table.pass_index * width + table.index] = table.stage
-    inside = layers.layer >= 0
-    out[inside] = lookup[layers.pass_of[inside] * width + layers.layer[inside]]
+    inside = table.row_of >= 0
+    out[inside] = table.stage[table.row_of[inside]]
     majority = pass_stages(table, int(layers.pass_of.max()) + 1)
     # a pass without layers (batch preparation, sampling) takes the stage of the pass it
     # prepares, the next with layers; after the last one, that last one's

@@ -389,17 +389,9 @@ def per_row(r: Roofline, dur: np.ndarray, row: np.ndarray, rows: int) -> dict[st
 LAYER_COSTS = ("flops", "bytes", "roofline_pct", "cost_covered_pct")
 
 
-def layer_costs(r: Roofline, trace: Trace, layers: Any, table: Any) -> dict[str, np.ndarray]:
+def layer_costs(r: Roofline, trace: Trace, table: Any) -> dict[str, np.ndarray]:
     """:data:`LAYER_COSTS` per row of a layer table (object columns: None where unknown)."""
-    n = len(table)
-    key = table.pass_index.astype(np.int64) * (1 << 32) + table.index.astype(np.int64)
-    order = np.argsort(key, kind="stable")
-    mine = (layers.pass_of >= 0) & (layers.layer >= 0)
-    kernel_key = layers.pass_of.astype(np.int64) * (1 << 32) + layers.layer.astype(np.int64)
-    at = np.searchsorted(key[order], kernel_key)
-    found = mine & (at < n)
-    found[found] = key[order][at[found]] == kernel_key[found]
-    row = np.where(found, order[np.clip(at, 0, max(n - 1, 0))], -1) if n else np.full(len(mine), -1)
+    n, row = len(table), table.row_of
     dur = (trace.kernels.end - trace.kernels.start).astype(np.float64)
     s = per_row(r, dur, row, n)
     have, bounded = s["known_ns"] > 0, s["bounded_ns"] > 0

@@ -151,7 +151,7 @@ def _layers(module: TraceModule, sel: Selection) -> dict[str, Any]:
         "first_kernel": _names(cls.short[table.first[rows]], t.strings.values),
         "last_kernel": _names(cls.short[table.last[rows]], t.strings.values),
         **({name: pa.array(values[rows].tolist(), pa.int64() if name in ("flops", "bytes") else pa.float64())
-            for name, values in layer_costs(module.roofline, t, layers, table).items()} if module.roofline is not None else {}),
+            for name, values in layer_costs(module.roofline, t, table).items()} if module.roofline is not None else {}),
     }
 
 
