@@ -100,8 +100,8 @@ def _builtin_presets() -> dict[str, dict[str, Any]]:
     key = (_BUILTIN.read_text(encoding="utf-8"), data_cache.stamp(__file__))
     found = data_cache.read(cache, key)
     if found is None:
-        found = {k: {f.name: getattr(hw, f.name) for f in fields(Hardware)} for k in hardware_presets()
-                 for hw in (load_hardware(k),)}
+        presets = {k: load_hardware(k) for k in hardware_presets()}
+        found = {k: {f.name: getattr(hw, f.name) for f in fields(Hardware)} for k, hw in presets.items()}
         data_cache.write(cache, key, found)
     return cast("dict[str, dict[str, Any]]", found)
 
