@@ -202,6 +202,15 @@ class Graph:
         self._values[node.name] = node
         return node
 
+    def insert_before(self, anchor: Node, node: Node) -> Node:
+        """Place ``node`` just before ``anchor`` (a rewrite's new op, ahead of its first user)."""
+        if node.name in self._values:
+            raise VerifyError(f"redefinition of '%{node.name}'", loc=node.loc)
+        node.graph = self
+        self.nodes.insert(self.nodes.index(anchor), node)
+        self._values[node.name] = node
+        return node
+
     def weight(self, name: str, type: Type = UNKNOWN, loc: Location | None = None) -> Weight:
         """The weight called ``name``, created on first reference."""
         w = self._values.get(name)

@@ -1,15 +1,20 @@
-"""``layerc diff A B``: two traces (nsys or Kineto, any engine or GPU) compared layer by layer:
-each run's layers found as ``layerc trace`` finds them, aligned (layer i with layer i of the same
-stage, prologue with prologue), and the kernels inside each pair aligned by type and order, so a
-kernel made slower, added, removed or fused shows as such, largest change first, and nothing
-within the noise (``passes.trace_diff``)."""
+"""``layerc diff A B``: two runs or two graphs compared layer by layer.
+
+- Two traces (nsys or Kineto, any engine or GPU): each run's layers found as ``layerc trace``
+  finds them, aligned (layer i with layer i of the same stage, prologue with prologue), and the
+  kernels inside each pair aligned by type and order, so a kernel made slower, added, removed or
+  fused shows as such, largest change first, and nothing within the noise (``passes.trace_diff``).
+- Two graph dumps (two AutoDeploy transform stages, or two models): nodes matched through the
+  weights they read and the dataflow, never their names; fused, replaced, added and removed nodes
+  reported per layer, and one layer drawn side by side (``passes.graph_diff``).
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from layerc.ir.diagnostics import warn
-from layerc.tools.args import input_path, output_path, strategy_option
+from layerc.tools.args import input_path, natural_int, output_path, strategy_option
 
 
 def _share(text: str) -> float:
@@ -23,16 +28,37 @@ def _share(text: str) -> float:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("a", type=input_path, metavar="A", help="the first trace (.json, .json.gz, .sqlite, .nsys-rep)")
-    p.add_argument("b", type=input_path, metavar="B", help="the trace to compare with it")
-    strategy_option(p)
+    p.add_argument("a", type=input_path, metavar="A", help="the first trace (.json, .json.gz, .sqlite, .nsys-rep) or graph dump")
+    p.add_argument("b", type=input_path, metavar="B", help="the trace or dump to compare with it")
+    strategy_option(p, "traces: ")
     p.add_argument("--threshold", type=_share, default=None, metavar="PCT",
-                   help="the least change reported, in %% of the time (default 5); a change must also exceed the noise")
+                   help="traces: the least change reported, in %% of the time (default 5); a change must also exceed the noise")
+    p.add_argument("--section", metavar="NAME", help="dumps: the GraphModule section of both (default: monolithic.model, else the largest)")
+    p.add_argument("--layer", type=natural_int, default=None, metavar="N",
+                   help="dumps: the layer --png draws (default: the layer that changed most)")
     p.add_argument("--json", type=output_path, metavar="FILE", help="write the whole comparison as JSON")
-    p.add_argument("--png", type=output_path, metavar="FILE", help="draw each layer's change per stage (a bar chart)")
+    p.add_argument("--png", type=output_path, metavar="FILE",
+                   help="traces: each layer's change per stage (a bar chart); dumps: one layer of each side by side")
+    p.set_defaults(usage_error=p.error)
 
 
 def run(args: argparse.Namespace) -> int:
+    from layerc.grammar.input_kinds import input_kind
+
+    kinds = {input_kind(args.a), input_kind(args.b)}
+    if kinds == {"graph"}:
+        if args.threshold is not None:
+            args.usage_error("--threshold: for two traces, not two graph dumps")
+        return _graphs(args)
+    if kinds != {"trace"}:
+        args.usage_error(f"A and B must be two traces or two graph dumps, not a {input_kind(args.a)} and a {input_kind(args.b)}")
+    given = [flag for flag, value in (("--section", args.section), ("--layer", args.layer)) if value is not None]
+    if given:
+        args.usage_error(f"{', '.join(given)}: for two graph dumps, not two traces")
+    return _traces(args)
+
+
+def _traces(args: argparse.Namespace) -> int:
     from layerc.backends.outputs import write_atomic
     from layerc.backends.trace_diff_report import json_text, show, write_png
     from layerc.passes.trace_diff import THRESHOLD, diff_runs, run_of
@@ -51,4 +77,47 @@ def run(args: argparse.Namespace) -> int:
     if args.png:
         write_png(diff, args.png)
     show(diff)
+    return 0
+
+
+def _graphs(args: argparse.Namespace) -> int:
+    from layerc.backends import graph_diff_report as report
+    from layerc.backends.outputs import write_atomic
+    from layerc.grammar.dumps import load
+    from layerc.passes.base import Context
+    from layerc.passes.graph_diff import diff_graphs
+    from layerc.passes.pipeline import PassManager
+    from layerc.passes.select_graph import SelectGraph
+    from layerc.passes.slicing import SliceLayers
+    from layerc.passes.tag_weights import TagWeights
+
+    graphs = []
+    for path in (args.a, args.b):
+        module = load(path)
+        ctx = Context()
+        PassManager([SelectGraph(section=args.section or ""), TagWeights(), SliceLayers()]).run(ctx, module)
+        for w in ctx.warnings:
+            warn(args, w, path)
+        graphs.append(module.main_graph())
+    diff = diff_graphs(graphs[0], graphs[1], str(args.a), str(args.b))
+    outputs: dict = {}
+    if args.json:
+        outputs[args.json] = report.json_text(diff)
+    if args.png:
+        layers = sorted({*diff.layers_a, *diff.layers_b})
+        layer = args.layer if args.layer is not None else report.busiest_layer(diff)
+        if layer is None and layers:
+            layer = layers[0]
+        if layer is None or layer not in layers:
+            return args.usage_error(f"--layer {layer}: neither dump has that layer" if layer is not None
+                                    else "--png draws a layer, and neither dump has one")
+        from layerc.backends import graphviz
+
+        if graphviz.available():
+            outputs[args.png] = report.render(diff, layer, "png")
+        else:
+            warn(args, graphviz.MISSING)
+    for path, data in outputs.items():
+        write_atomic(path, data)
+    report.show(diff)
     return 0

@@ -32,6 +32,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                                                  "a directory, or several traces: every rank of a job, compared")
     p.add_argument("more", type=input_path, nargs="*", metavar="TRACE", help="the other ranks' traces")
     p.add_argument("--jobs", type=positive_int, metavar="N", help="ranks analysed at once, each in its own process (default: the CPUs)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="analyse the ranks as tasks on a Ray cluster (ADDRESS, or RAY_ADDRESS; else a local Ray "
+                        "started for the run); the traces' paths must be readable by its workers; needs layerc[cluster]")
     p.set_defaults(usage_error=p.error)
     p.add_argument("-v", "--verbose", action="store_true", help="also the top kernels and the orphan kernels")
     strategy_option(p)
@@ -151,13 +154,16 @@ def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
     from layerc.backends.ranks_report import json_text, show_ranks, write_parquet_ranks
     from layerc.passes.ranks import compare_ranks
 
+    kernels = bool(args.parquet)
     jobs = min(args.jobs or os.cpu_count() or 1, len(paths))
-    if jobs > 1:
+    if args.ray is not None:
+        results = _on_ray(args.ray, paths, args.strategy, args.stage, kernels)
+    elif jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             results = list(pool.map(_rank_job, paths, [args.strategy] * len(paths), [args.stage] * len(paths),
-                                    [bool(args.parquet)] * len(paths)))
+                                    [kernels] * len(paths)))
     else:
-        results = [_rank_job(p, args.strategy, args.stage, bool(args.parquet)) for p in paths]
+        results = [_rank_job(p, args.strategy, args.stage, kernels) for p in paths]
     said = [r for r, _, _ in results]
     if all(r is not None for r in said) and len(set(said)) == len(said):
         ranks = [int(r) for r in said if r is not None]
@@ -179,6 +185,34 @@ def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
         write_parquet_ranks(tables, args.parquet)
     show_ranks(comparison)
     return 0
+
+
+def _on_ray(address: str, paths: list[str], strategy: str, stage: str, kernels: bool) -> list:
+    """Each rank's ``_rank_job`` as a Ray task (one CPU each), on the cluster at ``address`` (or
+    RAY_ADDRESS's, or a local one started here and stopped after); only the Arrow tables and the
+    warnings come back, in the order of ``paths``."""
+    import logging
+    import os
+
+    from layerc.ir.diagnostics import LayercError
+
+    try:
+        import ray
+    except ImportError:
+        raise LayercError("--ray needs Ray: pip install 'layerc[cluster]'") from None
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                     configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise LayercError(f"--ray {address or '(local)'}: {e}") from None
+    try:
+        task = ray.remote(num_cpus=1)(_rank_job)
+        return ray.get([task.remote(os.path.abspath(p), strategy, stage, kernels) for p in paths])
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def _relabelled(tables: dict, rank: int) -> dict:
@@ -206,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         given = [f"--{name.replace('_', '-')}" for name in _SINGLE if getattr(args, name, None)]
         if given:
             args.usage_error(f"{', '.join(given)}: for one trace, not {len(paths)} (the ranks take --json, --parquet, "
-                             "--strategy, --stage and --jobs)")
+                             "--strategy, --stage, --jobs and --ray)")
         return run_ranks(args, paths)
     args.trace = paths[0]
     if getattr(args, "model_config", None):

@@ -889,7 +889,7 @@ def generate(arch: str, layers: int | None = None, tokens: int = 8, symbolic: bo
     build(g, layers)
     graph = g.b.graph
     if seed is not None or shuffle:
-        graph = _randomize(graph, random.Random(0 if seed is None else seed), shuffle)
+        graph = randomized(graph, 0 if seed is None else seed, shuffle)
     return module(transform, stage, [graph, *(split_sections(graph) if piecewise else ())], counter)
 
 
@@ -898,8 +898,10 @@ def truth(mod: Module) -> dict[str, int | None]:
     return {n.name: n.meta.get("true_layer") for n in mod.main_graph().nodes}
 
 
-def _randomize(graph: Graph, rng: random.Random, shuffle: bool) -> Graph:
-    """A copy of ``graph`` with generic names permuted and, if ``shuffle``, layers reordered."""
+def randomized(graph: Graph, seed: int, shuffle: bool) -> Graph:
+    """A copy of ``graph`` with generic names permuted and, if ``shuffle``, layers reordered
+    (each node's ``meta`` copied, so a test can tell which node each copy is)."""
+    rng = random.Random(seed)
     order = list(graph.nodes)
     if shuffle:
         order = []

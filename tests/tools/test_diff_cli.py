@@ -31,3 +31,39 @@ def test_a_broken_input_writes_nothing(tmp_path, shared):
 def test_a_bad_threshold_is_a_usage_error(shared):
     rc, _, err = run_layerc("diff", TRACE, TRACE, "--threshold", "lots")
     assert rc == 2 and "--threshold" in err
+
+
+# -- two graph dumps --------------------------------------------------------------------------------
+def _stages(tmp_path):
+    from layerc.backends.synth.dump import write
+
+    before = write("deepseek_v3_prefusion", tmp_path / "before", 4, seed=1)
+    after = write("deepseek_v3", tmp_path / "after", 4, seed=2, shuffle=True)
+    return before, after
+
+
+def test_two_dumps_compared_with_their_picture(tmp_path):
+    before, after = _stages(tmp_path)
+    rc, out, err = run_layerc("diff", before, after, "--json", tmp_path / "d.json", "--png", tmp_path / "d.png")
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "d.json").read_text())
+    kinds = {c["kind"] for c in doc["changes"]}
+    assert {"fused", "replaced", "added"} <= kinds and doc["ops"]["matched"] > 0
+    assert "fused_swiglu_mlp" in out and "changes, largest first" in out
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_dump_against_itself_has_no_change(tmp_path):
+    before, _ = _stages(tmp_path)
+    rc, out, err = run_layerc("diff", before, before, "--json", tmp_path / "d.json")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "d.json").read_text())["changes"] == [] and "no change" in out
+
+
+def test_options_of_the_other_kind_are_usage_errors(tmp_path, shared):
+    before, after = _stages(tmp_path)
+    for argv in ((before, after, "--threshold", "5"), (TRACE, TRACE, "--layer", "1"), (TRACE, before),
+                 (before, after, "--png", tmp_path / "d.png", "--layer", "99")):
+        rc, _, err = run_layerc("diff", *argv)
+        assert rc == 2 and "Traceback" not in err, argv
+    assert not (tmp_path / "d.png").exists()

@@ -83,3 +83,17 @@ def test_options_of_one_trace_are_refused_for_several(tmp_path):
     rc, _, err = run_layerc("trace", job, "--csv", tmp_path / "x.csv")
     assert rc == 2 and "--csv" in err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_ray_tasks_give_the_bytes_of_local_processes(tmp_path):
+    """The same ranks as tasks on a local Ray instance (started and stopped by the command): the
+    JSON is byte for byte the one of local processes."""
+    pytest.importorskip("ray")
+    job = _job(tmp_path, 6)
+    local, on_ray = tmp_path / "local.json", tmp_path / "ray.json"
+    for out, flags in ((local, ("--jobs", "2")), (on_ray, ("--ray",))):
+        rc, _, err = run_layerc("trace", job, "--json", out, *flags)
+        assert rc == 0, err
+    assert on_ray.read_bytes() == local.read_bytes()
+    stragglers = {(x["stage"], x["layer"]): x["straggler"] for x in json.loads(local.read_text())["layers"] if x["straggler"] is not None}
+    assert stragglers == {("decode", LAYER): SLOW}

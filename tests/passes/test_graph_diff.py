@@ -1,0 +1,181 @@
+"""The graph diff on dumps whose differences are known.
+
+- One graph against a copy with every generic name permuted and every layer's ops reordered: each
+  op matched with its own copy (``meta['born']`` tells), and no change, on every generated arch.
+- Planted changes on two renamed, reordered copies (an add+norm pair fused in every layer, a view
+  removed from one layer, an all-reduce added to another, or one random adjacent pair fused): the
+  diff reports exactly those, at their layers, and nothing else.
+- Two real transform stages of DeepSeek-V3 (before and after AutoDeploy's fusions): the fusions
+  the generator applies are found as such.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from layerc.backends.synth.dump import generate, randomized
+from layerc.ir.graph import OP, Graph, Node
+from layerc.ir.targets import op_name
+from layerc.passes.base import Context
+from layerc.passes.graph_diff import PLUMBING, diff_graphs, layer_span, to_dict
+from layerc.passes.pipeline import PassManager
+from layerc.passes.select_graph import SelectGraph
+from layerc.passes.slicing import SliceLayers
+from layerc.passes.tag_weights import TagWeights
+
+ARCHES = ("llama", "qwen3_moe", "nemotron_h", "qwen3_next", "deepseek_v3", "deepseek_v3_prefusion", "eager")
+
+
+def _sliced(graph: Graph) -> Graph:
+    module = generate("llama", 1)
+    module.graphs = [graph]
+    PassManager([SelectGraph(), TagWeights(), SliceLayers()]).run(Context(), module)
+    return module.main_graph()
+
+
+def _copies(arch: str, layers: int, seed: int) -> tuple[Graph, Graph]:
+    """Two copies of one generated graph, each with its generic names permuted and its layers'
+    ops reordered by its own seed; ``meta['born']`` is each op's place in the original."""
+    graph = generate(arch, layers).main_graph()
+    for i, n in enumerate(graph.nodes):
+        n.meta["born"] = i
+    return randomized(graph, seed, True), randomized(graph, seed + 1000, True)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_renamed_reordered_copy_matches_op_for_op(arch, seed):
+    a, b = (_sliced(g) for g in _copies(arch, 4, seed))
+    d = diff_graphs(a, b)
+    assert d.changes == [] and d.inputs_added == d.inputs_removed == []
+    assert d.matched == d.nodes_a == d.nodes_b
+    wrong = [(x.name, y.name) for x, y in d.matching.ab.items() if x.meta["born"] != y.meta["born"]]
+    assert wrong == []
+
+
+# -- planted changes --------------------------------------------------------------------------------
+def _ops(graph: Graph, name: str, layer: int | None = None) -> list[Node]:
+    return [n for n in graph.nodes if n.kind == OP and op_name(n.target or "") == name
+            and (layer is None or n.meta.get("true_layer") == layer)]
+
+
+def _fresh(graph: Graph, base: str) -> str:
+    k = 0
+    while f"{base}_{k}" in graph:
+        k += 1
+    return f"{base}_{k}"
+
+
+def _op(graph: Graph, before: Node, target: str, args: tuple, like: Node) -> Node:
+    node = Node(OP, _fresh(graph, op_name(target)), target, args, type=like.type)
+    node.meta["true_layer"] = like.meta.get("true_layer")
+    return graph.insert_before(before, node)
+
+
+def fuse_add_norm(graph: Graph) -> None:
+    """Each layer's residual add after attention and the post-attention RMSNorm of its sum → one
+    fused_add_rms_norm, whose items are the normed value and the new residual."""
+    for norm in _ops(graph, "flashinfer_rms_norm"):
+        add = norm.args[0]
+        if "post_attention" not in norm.args[1].name:
+            continue
+        if not (isinstance(add, Node) and add.kind == OP and op_name(add.target or "") == "add"):
+            continue
+        x, residual = add.args[1], add.args[0]
+        fused = _op(graph, add, "auto_deploy.flashinfer_fused_add_rms_norm.default", (x, residual, norm.args[1], norm.args[2]), norm)
+        normed = _op(graph, add, "<built-in function getitem>", (fused, 0), norm)
+        summed = _op(graph, add, "<built-in function getitem>", (fused, 1), add)
+        norm.replace_all_uses_with(normed)
+        graph.erase(norm)
+        add.replace_all_uses_with(summed)
+        graph.erase(add)
+
+
+def remove_view(graph: Graph, layer: int) -> None:
+    """The view between layer ``layer``'s attention and its o_proj, folded away."""
+    view = next(n for n in _ops(graph, "view", layer) if any(op_name(u.target or "") == "torch_linear_simple" for u in n.users)
+                and op_name(n.args[0].target or "").endswith("with_cache"))
+    view.replace_all_uses_with(view.args[0])
+    graph.erase(view)
+
+
+def add_allreduce(graph: Graph, layer: int) -> None:
+    """An all-reduce of layer ``layer``'s MLP output, before its residual add."""
+    mlp = _ops(graph, "fused_swiglu_mlp", layer)[0]
+    users = list(mlp.users)
+    reduced = _op(graph, users[0], "auto_deploy.trtllm_dist_all_reduce.default", (mlp, "NCCL"), mlp)
+    for u in users:
+        u.args = tuple(reduced if v is mlp else v for v in u.args)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_changes_are_reported_exactly(seed):
+    layers = 8
+    a, b = _copies("llama", layers, seed)
+    fuse_add_norm(b)
+    remove_view(b, 2)
+    add_allreduce(b, 5)
+    b.verify()
+    d = diff_graphs(_sliced(a), _sliced(b))
+    found = {(c.kind, c.before, c.after, layer_span(c.layers, d.layers_a)) for c in d.changes}
+    assert found == {
+        ("fused", ("add", "flashinfer_rms_norm"), ("flashinfer_fused_add_rms_norm", "getitem", "getitem"), "every layer (8)"),
+        ("removed", ("view",), (), "layer 2"),
+        ("added", (), ("trtllm_dist_all_reduce",), "layer 5"),
+    }
+    assert [c.kind for c in d.changes][0] == "fused"  # the change of every layer first
+    assert all(not c.outside for c in d.changes)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(("llama", "qwen3_moe", "nemotron_h", "qwen3_next", "deepseek_v3")), seed=st.integers(0, 10_000),
+       pick=st.randoms(use_true_random=False))
+def test_one_random_adjacent_pair_fused_is_one_fused_change(arch, seed, pick: random.Random):
+    """Any op with one user in its layer, both computing something, fused into one new op: the
+    diff names that pair, that layer, and nothing else."""
+    a, b = _copies(arch, 3, seed)
+    plumbing = PLUMBING | {"split_with_sizes", "to"}
+    pairs = [(n, next(iter(n.users))) for n in b.nodes
+             if n.kind == OP and len(n.users) == 1 and n.meta.get("true_layer") is not None
+             and op_name(n.target or "") not in plumbing
+             and (u := next(iter(n.users))).kind == OP and u.meta.get("true_layer") == n.meta["true_layer"]
+             and op_name(u.target or "") not in plumbing]
+    first, second = pick.choice(pairs)
+    outside = tuple(v for v in (*first.args, *second.args) if v is not first)
+    fused = _op(b, second, "custom.fused_pair.default", outside, second)
+    second.replace_all_uses_with(fused)
+    b.erase(second)
+    b.erase(first)
+    b.verify()
+    d = diff_graphs(_sliced(a), _sliced(b))
+    names = tuple(sorted(op_name(n.target or "") for n in (first, second)))
+    assert [(c.kind, c.before, c.after, c.layers) for c in d.changes] == [
+        ("fused", names, ("fused_pair",), [first.meta["true_layer"]])]
+
+
+# -- two real stages --------------------------------------------------------------------------------
+def test_deepseek_v3_before_and_after_fusion():
+    layers = 5  # 3 dense layers, then MoE
+    a = _sliced(generate("deepseek_v3_prefusion", layers, seed=1).main_graph())
+    b = _sliced(generate("deepseek_v3", layers, seed=2, shuffle=True).main_graph())
+    d = diff_graphs(a, b)
+    by = {(c.kind, c.before, c.after): c for c in d.changes}
+    swiglu = by[("fused", ("add", "mul", "silu", "torch_linear_simple", "torch_linear_simple", "torch_linear_simple"),
+                 ("fused_swiglu_mlp",))]
+    assert swiglu.layers == [0, 1, 2]  # the dense layers' MLPs, each fused into one op
+    assert by[("replaced", ("torch_rmsnorm",), ("flashinfer_rms_norm",))].layers == list(range(layers))
+    removed_moe = [c for c in d.changes if "torch_moe" in c.before]
+    added_moe = [c for c in d.changes if "trtllm_moe_fused" in c.after]
+    assert [c.layers for c in removed_moe] == [c.layers for c in added_moe] == [[3, 4]]
+    assert any("flashinfer_mla_with_cache" in c.after and "torch_mla" in c.before for c in d.changes)
+    # every op that reads the same weights in both stages is matched with its counterpart
+    for x, y in d.matching.ab.items():
+        if x.kind == OP and x.weights and y.weights:
+            assert {w.name for w in x.weights} == {w.name for w in y.weights}
+    doc = to_dict(d)
+    assert doc["ops"]["matched"] == d.matched and len(doc["changes"]) == len(d.changes)
+    assert d.inputs_added and not d.inputs_removed  # the KV caches and the attention metadata
