@@ -4,11 +4,15 @@ models that share their weights' names.
 Nodes are matched by structure, never by their names (fx numbers ``view_17`` by creation order,
 which any transform renumbers) nor by their order:
 
-1. inputs by name, and each op that reads a set of weights no other op reads, with the op of the
+1. inputs by name; each op that reads a set of weights no other op reads, with the op of the
    other graph that reads the same set (a norm that became another norm's kernel stays matched);
+   and ops that share the weights that only they read (a linear quantized to read its scales too);
 2. then along the dataflow, to a fixpoint: from a matched pair, the users that read it at the same
    place with the same op, and the inputs at the same place of two matched ops of the same kind,
-   wherever that pairing is the only one possible (ambiguous candidates stay unmatched).
+   wherever that pairing is the only one possible (ambiguous candidates stay unmatched); then ops
+   that compute the same expression of matched values (a mask built from constants). A pair must
+   sit in the same layer of both graphs, as ``slice-layers`` placed them; only what is left may
+   pair across a layer boundary.
 
 What stays unmatched, with the matched ops whose kind changed, is grouped into *regions*: nodes
 connected by the dataflow on each side, and an A region joined with the B region that reads the
@@ -24,6 +28,7 @@ from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from layerc.ir.builder import sanitize
 from layerc.ir.graph import OP, PLACEHOLDER, Graph, Node, Value, Weight
 from layerc.ir.targets import op_name
 
@@ -45,10 +50,10 @@ def op_key(node: Node) -> str:
     return _ADDRESS.sub("", node.target or "")
 
 
-def _operands(node: Node) -> Iterator[tuple[int, Any]]:
-    """(position, leaf) over the node's arguments and keyword values, flattened in order."""
+def _operands(node: Node, keywords: bool = True) -> Iterator[tuple[int, Any]]:
+    """(position, leaf) over the node's arguments (and keyword values), flattened in order."""
     position = 0
-    stack: list[Any] = [*node.args, *node.kwargs.values()][::-1]
+    stack: list[Any] = [*node.args, *(node.kwargs.values() if keywords else ())][::-1]
     while stack:
         item = stack.pop()
         if isinstance(item, (list, tuple)) and not isinstance(item, Value):
@@ -82,6 +87,7 @@ class Matching:
         self.ab: dict[Node, Node] = {}
         self.ba: dict[Node, Node] = {}
         self._queue: deque[tuple[Node, Node]] = deque()
+        self._slack = 0  #: layers apart that a pair found by the dataflow may be
 
     def pair(self, x: Node, y: Node) -> None:
         if x in self.ab or y in self.ba:
@@ -90,13 +96,38 @@ class Matching:
         self._queue.append((x, y))
 
     def run(self) -> "Matching":
+        """Anchors, then the dataflow and the same expressions to a fixpoint: the evidence that
+        checks most first (users with the same constants, inputs of ops of one kind, whole
+        expressions), users that differ in their constants only where that is all that is left;
+        all of it within one layer, then (only what is left) across a layer boundary, so an op
+        pairs with the one of its own layer wherever the evidence allows."""
         self._anchor()
-        while self._queue:
-            x, y = self._queue.popleft()
-            self._forward(x, y)
-            if op_key(x) == op_key(y):
-                self._backward(x, y)
+        for self._slack in (0, 1):
+            self._queue.extend(self.ab.items())
+            while self._queue:
+                while self._queue:
+                    x, y = self._queue.popleft()
+                    self._forward(x, y, strict=True)
+                    if op_key(x) == op_key(y):
+                        self._backward(x, y)
+                self._same_expressions()
+                if not self._queue:
+                    for x, y in list(self.ab.items()):
+                        self._forward(x, y, strict=False)
         return self
+
+    def _same_expressions(self) -> None:
+        """Ops that nothing matched yet links (a chain of ``arange`` and ``unsqueeze`` that builds
+        a mask, code left dead): paired where they compute the same expression of matched values,
+        inputs and constants. Where each graph computes one expression equally often, its copies
+        are interchangeable and pair in graph order."""
+        found = [_expressions(g, self.ab if g is self.a else self.ba, g is self.a) for g in (self.a, self.b)]
+        for h, xs in found[0].items():
+            ys = found[1].get(h)
+            if ys is not None and len(xs) == len(ys):
+                for x, y in zip(xs, ys):
+                    if x not in self.ab and y not in self.ba and same_place(x, y):
+                        self.pair(x, y)
 
     def _anchor(self) -> None:
         b_inputs = {n.name: n for n in self.b.nodes if n.kind == PLACEHOLDER}
@@ -110,38 +141,129 @@ class Matching:
             y = readers[1].get(key)
             if y is not None:
                 self.pair(x, y)
+        for x, y in _weight_partners(self.a, self.b):
+            if x not in self.ab and y not in self.ba:
+                self.pair(x, y)
 
-    def _forward(self, x: Node, y: Node) -> None:
-        """Users of a matched pair that read it at the same place with the same op: first by op,
-        place and constants, then by op and place alone, each where one candidate is left a side."""
-        for strict in (True, False):
-            ux = _users_by(x, self.ab, strict)
-            uy = _users_by(y, self.ba, strict)
-            for key, xs in ux.items():
-                ys = uy.get(key)
-                if ys is not None and len(xs) == 1 and len(ys) == 1:
-                    self.pair(xs[0], ys[0])
+    def _forward(self, x: Node, y: Node, strict: bool) -> None:
+        """Users of a matched pair that read it at the same place with the same op (and, when
+        ``strict``, the same constants), where one candidate is left on each side."""
+        ux = _users_by(x, self.ab, strict)
+        uy = _users_by(y, self.ba, strict)
+        for key, xs in ux.items():
+            ys = uy.get(key)
+            if ys is not None and len(xs) == 1 and len(ys) == 1 and same_place(xs[0], ys[0], self._slack):
+                self.pair(xs[0], ys[0])
 
     def _backward(self, x: Node, y: Node) -> None:
-        """The inputs at the same place of two matched ops of one kind, when they compute the same."""
+        """The inputs at the same place of two matched ops of one kind, when they compute the same
+        (in the same layer; in the second round, also the next: a cast on a layer's boundary goes
+        to either)."""
         ix, iy = _value_operands(x), _value_operands(y)
         if [p for p, _ in ix] != [p for p, _ in iy]:
             return
         for (_, u), (_, v) in zip(ix, iy):
             if (isinstance(u, Node) and isinstance(v, Node) and u.kind == v.kind == OP and u not in self.ab
-                    and v not in self.ba and op_key(u) == op_key(v)):
+                    and v not in self.ba and op_key(u) == op_key(v) and same_place(u, v, self._slack)):
                 self.pair(u, v)
+
+
+def _expressions(graph: Graph, matched: dict[Node, Node], is_a: bool) -> dict[int, list[Node]]:
+    """The unmatched ops of ``graph`` by a hash of the expression each computes: its op, its
+    positional constants and its operands' hashes, down to inputs, weights and matched nodes (known
+    by A's node). Constant keywords are left out: an fx print spells ``device=cpu`` where a dump
+    does not."""
+    code: dict[Value, int] = {}
+    groups: dict[int, list[Node]] = defaultdict(list)
+    for n in graph.nodes:
+        if n in matched:
+            code[n] = hash(("matched", id(n if is_a else matched[n])))
+        elif n.kind != OP:
+            code[n] = hash((n.kind, n.name))
+        else:
+            leaves = tuple(_leaf_code(code, leaf) for _, leaf in _operands(n, keywords=False))
+            leaves += tuple(_leaf_code(code, v) for v in n.kwargs.values() if isinstance(v, Value))
+            code[n] = hash((op_key(n), leaves))
+            groups[code[n]].append(n)
+    return groups
+
+
+def _leaf_code(code: dict[Value, int], leaf: Any) -> Any:
+    if isinstance(leaf, Weight):
+        return hash(("weight", weight_key(leaf)))
+    if isinstance(leaf, Value):
+        return code.get(leaf, 0)
+    return repr(leaf)
+
+
+def weight_key(w: Weight) -> str:
+    """A weight's identity across dumps: its dotted path sanitized as fx names it (a dump names
+    ``model_layers_0_mlp_down_proj_weight`` what an fx print calls ``model.layers.0.mlp.down_proj.weight``)."""
+    return sanitize(w.target) if w.target else w.name
+
+
+def _weights(n: Node) -> frozenset[str]:
+    return frozenset(weight_key(v) for v in n.inputs if isinstance(v, Weight))
+
+
+def same_place(x: Node, y: Node, slack: int = 0) -> bool:
+    """Whether two ops sit in the same place of their models (layer i of each, or both before or
+    after the layers), as the slicer placed them: what the dataflow pairs must also agree with the
+    layers, or the norm that reads the last layer's output in one model would pair with the next
+    layer's in a model with one more. ``slack``: places apart that still count as one (an op on
+    the boundary of two layers, or of the last layer and what follows, which a slicer may give to
+    either)."""
+    if slack:
+        px, py = _place(x), _place(y)
+        if px is not None and py is not None:
+            return abs(px - py) <= slack
+    rx, ry = x.meta.get("region"), y.meta.get("region")
+    return rx is None or ry is None or rx == ry
+
+
+def _place(n: Node) -> int | None:
+    """The op's place in the order of its model: -1 before the layers, i in layer i, one past the
+    last layer after them (None where the slicer did not say)."""
+    layer, region = n.meta.get("layer"), n.meta.get("region")
+    if isinstance(layer, int):
+        return layer
+    if region == "prologue":
+        return -1
+    if region == "epilogue" and n.graph is not None:
+        layers: list[int] = n.graph.meta.get("layers") or [-1]
+        return max(layers) + 1
+    return None
 
 
 def _unique_weight_readers(graph: Graph) -> dict[frozenset[str], Node]:
     """Each set of weights that one op alone reads → that op."""
     readers: dict[frozenset[str], list[Node]] = defaultdict(list)
     for n in graph.nodes:
-        if n.kind == OP:
-            names = frozenset(w.name for w in n.inputs if isinstance(w, Weight))
-            if names:
-                readers[names].append(n)
+        if n.kind == OP and (names := _weights(n)):
+            readers[names].append(n)
     return {k: v[0] for k, v in readers.items() if len(v) == 1}
+
+
+def _weight_partners(a: Graph, b: Graph) -> list[tuple[Node, Node]]:
+    """Ops that kept some of their weights but not all (a linear that was quantized and reads its
+    scales too, a down projection fused with the gate and up ones): x of A and y of B where every
+    weight that only x reads in A and only one op reads in B is read by y, and the other way round."""
+    only = []
+    for graph in (a, b):
+        readers: dict[str, list[Node]] = defaultdict(list)
+        for n in graph.nodes:
+            if n.kind == OP:
+                for k in _weights(n):
+                    readers[k].append(n)
+        only.append({k: v[0] for k, v in readers.items() if len(v) == 1})
+    partners: dict[Node, set[Node]] = defaultdict(set)
+    for k, x in only[0].items():
+        y = only[1].get(k)
+        if y is not None:
+            partners[x].add(y)
+            partners[y].add(x)
+    return [(x, next(iter(ys))) for x, ys in partners.items()
+            if x.graph is a and len(ys) == 1 and partners[next(iter(ys))] == {x}]
 
 
 def _users_by(value: Node, matched: dict[Node, Node], strict: bool) -> dict[tuple[Any, ...], list[Node]]:
@@ -262,7 +384,7 @@ def _weight_links(items: list[Item]) -> list[tuple[Item, Item]]:
     for side, n in items:
         for w in dict.fromkeys(n.inputs):
             if isinstance(w, Weight):
-                by_weight[w.name].append((side, n))
+                by_weight[weight_key(w)].append((side, n))
     links = []
     for readers in by_weight.values():
         if len(readers) == 2 and readers[0][0] != readers[1][0]:
@@ -285,10 +407,14 @@ def _join_between_matches(m: Matching, items: list[Item], free: set[Item], sets:
         for u in n.users:
             if (side, u) not in free and (a := _in_a(m, side, u)) is not None:
                 outs[root].add(a)
+    by_input: dict[Node, list[Item]] = defaultdict(list)
     roots = list(dict.fromkeys(sets.find(i) for i in items))
     for ra in (r for r in roots if r[0] == "a"):
-        for rb in (r for r in roots if r[0] == "b"):
-            if layer[ra] & layer[rb] and ins[ra] & ins[rb] and outs[ra] & outs[rb]:
+        for x in ins[ra]:
+            by_input[x].append(ra)
+    for rb in (r for r in roots if r[0] == "b"):
+        for ra in dict.fromkeys(ra for x in ins[rb] for ra in by_input[x]):
+            if layer[ra] & layer[rb] and outs[ra] & outs[rb]:
                 sets.union(ra, rb)
 
 
@@ -413,7 +539,7 @@ def layer_span(layers: list[int], every: list[int]) -> str:
 def to_dict(d: GraphDiff) -> dict[str, Any]:
     """The comparison as plain data (the JSON output)."""
     def nodes(ns: list[Node]) -> list[dict[str, Any]]:
-        return [{"name": n.name, "op": op_key(n), "weights": [w.name for w in n.inputs if isinstance(w, Weight)]} for n in ns]
+        return [{"name": n.name, "op": op_key(n), "weights": sorted(_weights(n))} for n in ns]
 
     return {
         "a": d.a, "b": d.b,

@@ -21,7 +21,7 @@ from layerc.backends.synth.dump import generate, randomized
 from layerc.ir.graph import OP, Graph, Node
 from layerc.ir.targets import op_name
 from layerc.passes.base import Context
-from layerc.passes.graph_diff import PLUMBING, diff_graphs, layer_span, to_dict
+from layerc.passes.graph_diff import PLUMBING, diff_graphs, layer_span, op_key, to_dict
 from layerc.passes.pipeline import PassManager
 from layerc.passes.select_graph import SelectGraph
 from layerc.passes.slicing import SliceLayers
@@ -157,6 +157,54 @@ def test_one_random_adjacent_pair_fused_is_one_fused_change(arch, seed, pick: ra
         ("fused", names, ("fused_pair",), [first.meta["true_layer"]])]
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3"])
+def test_every_linear_quantized_is_one_replacement(arch):
+    """Each linear becomes an FP8 linear that also reads its scales (new weights): matched through
+    the weight it kept, so each is a replacement in place and nothing around it changes."""
+    a, b = _copies(arch, 3, 7)
+    linears = _ops(b, "torch_linear_simple")
+    for lin in linears:
+        scale = b.weight(lin.args[1].name + "_scale")
+        quant = _op(b, lin, "auto_deploy.torch_quant_fp8_linear.default", (lin.args[0], lin.args[1], None, scale), lin)
+        lin.replace_all_uses_with(quant)
+        b.erase(lin)
+    d = diff_graphs(_sliced(a), _sliced(b))
+    assert [(c.kind, c.before, c.after) for c in d.changes] == [("replaced", ("torch_linear_simple",), ("torch_quant_fp8_linear",))]
+    assert len(d.changes[0].regions) == len(linears) and d.matched == d.nodes_a
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(("llama", "qwen3_moe", "nemotron_h", "qwen3_next", "deepseek_v3", "eager")),
+       seed=st.integers(0, 10_000), pick=st.randoms(use_true_random=False), add=st.booleans())
+def test_one_random_op_added_or_removed_is_that_change(arch, seed, pick: random.Random, add: bool):
+    """An op added after any op of a layer (a scale of its result), or any one-input op of a layer
+    removed (its users read its input): the diff has that one change, of that op, placed where the
+    slicer placed it (an op on a layer's boundary may go to either side)."""
+    a, b = _copies(arch, 3, seed)
+    if add:
+        x = pick.choice([n for n in b.nodes if n.kind == OP and n.meta.get("true_layer") is not None and n.users
+                         and not n.is_multi_output])
+        users = list(x.users)
+        new = _op(b, users[0], "aten.mul.Scalar", (x, 0.5), x)
+        for u in users:
+            u.args = tuple(new if v is x else v for v in u.args)
+    else:
+        x = pick.choice([n for n in b.nodes if n.kind == OP and n.meta.get("true_layer") is not None and n.users
+                         and len(n.inputs) == 1 and isinstance(n.inputs[0], Node) and n.inputs[0].kind == OP])
+        x.replace_all_uses_with(x.inputs[0])
+        b.erase(x)
+    b.verify()
+    d = diff_graphs(_sliced(a), _sliced(b))
+    (change,) = d.changes
+    (region,) = change.regions
+    if add:
+        assert (change.kind, region.a, region.b) == ("added", [], [new])
+        assert region.where == new.meta["region"]
+    else:
+        assert (change.kind, [n.meta["born"] for n in region.a], region.b) == ("removed", [x.meta["born"]], [])
+        assert region.where == region.a[0].meta["region"]
+
+
 # -- two real stages --------------------------------------------------------------------------------
 def test_deepseek_v3_before_and_after_fusion():
     layers = 5  # 3 dense layers, then MoE
@@ -172,10 +220,12 @@ def test_deepseek_v3_before_and_after_fusion():
     added_moe = [c for c in d.changes if "trtllm_moe_fused" in c.after]
     assert [c.layers for c in removed_moe] == [c.layers for c in added_moe] == [[3, 4]]
     assert any("flashinfer_mla_with_cache" in c.after and "torch_mla" in c.before for c in d.changes)
-    # every op that reads the same weights in both stages is matched with its counterpart
+    # an op matched through its weights shares them with its counterpart (all of them where it
+    # kept its op; the down projection fused with gate and up kept one of its three)
     for x, y in d.matching.ab.items():
         if x.kind == OP and x.weights and y.weights:
-            assert {w.name for w in x.weights} == {w.name for w in y.weights}
+            wx, wy = {w.name for w in x.weights}, {w.name for w in y.weights}
+            assert wx == wy if op_key(x) == op_key(y) else wx & wy
     doc = to_dict(d)
     assert doc["ops"]["matched"] == d.matched and len(doc["changes"]) == len(d.changes)
     assert d.inputs_added and not d.inputs_removed  # the KV caches and the attention metadata
