@@ -16,7 +16,7 @@ DEMO   := out/demo
 SGLANG_VERSION ?= 0.5.9
 SGLANG_WHEEL   := build/wheels/sglang-$(SGLANG_VERSION)-py3-none-any.whl
 
-.PHONY: install demo test typecheck bench fuzz fidelity graphviz clean
+.PHONY: install demo test typecheck bench fuzz fidelity graphviz pictures clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,10 @@ bench: install
 	$(PIP) install -q $(FIND_LINKS) -e ".[bench]"
 	$(PY) -m tests.bench.run
 	$(PY) -m tests.bench.process
+
+# the README's pictures (tests/pictures/*.png), remade by the commands the README shows
+pictures: install
+	$(PY) -m tests.pictures.make
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -52,6 +52,64 @@ def show_ranks(c: dict[str, Any], con=None) -> None:
                   f"({col['matched']} matched on all)")
 
 
+def write_png(c: dict[str, Any], path: str | os.PathLike) -> None:
+    """Each layer's compute per rank against the ranks' median (one panel per stage: a column per
+    layer, a row per rank; slower in red, faster in blue), the stragglers boxed; beside it, each
+    rank's share of time in communication and the part of it spent waiting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    from layerc.backends.outputs import atomic_path
+
+    ranks = [r["rank"] for r in c["ranks"]]
+    stages = list(dict.fromkeys(x["stage"] for x in c["layers"]))
+    fig, axes = plt.subplots(len(stages) + 1, 1, figsize=(12, 1.6 + 0.32 * len(ranks) * (len(stages) + 1)), squeeze=False,
+                             gridspec_kw={"height_ratios": [3] * len(stages) + [2]}, layout="constrained")
+    limit = 1.0
+    grids = []
+    for stage in stages:
+        rows = [x for x in c["layers"] if x["stage"] == stage]
+        grid = np.full((len(ranks), len(rows)), np.nan)
+        for j, x in enumerate(rows):
+            median = x["compute_median_ns"]
+            for i, r in enumerate(ranks):
+                v = x["compute_ns"].get(str(r))
+                if v is not None and median:
+                    grid[i, j] = 100 * (v / median - 1)
+        grids.append((stage, rows, grid))
+        if np.isfinite(grid).any():
+            limit = max(limit, float(np.nanpercentile(np.abs(grid), 99)))
+    image = None
+    for ax, (stage, rows, grid) in zip(axes[:-1, 0], grids):
+        image = ax.imshow(grid, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
+        for j, x in enumerate(rows):
+            if x["straggler"] is not None and x["straggler"] in ranks:
+                ax.add_patch(Rectangle((j - 0.5, ranks.index(x["straggler"]) - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
+        ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks], fontsize=7)
+        step = max(1, len(rows) // 30)
+        ax.set_xticks(range(0, len(rows), step), [str(x["layer"]) for x in rows][::step], fontsize=7)
+        ax.set_xlabel("layer", fontsize=8)
+        ax.set_title(f"{stage}: each layer's compute (outside collectives) against the ranks' median; stragglers boxed",
+                     fontsize=9, loc="left")
+    if image is not None:
+        fig.colorbar(image, ax=list(axes[:-1, 0]), label="% vs median", fraction=0.025, pad=0.01)
+    ax = axes[-1, 0]
+    comm = [r["communication_pct"] or 0 for r in c["ranks"]]
+    wait = [r["wait_ns"] / r["time_ns"] * 100 if r["time_ns"] else 0 for r in c["ranks"]]
+    ax.bar(range(len(ranks)), comm, color="#aab7c4", label="communication, % of kernel time")
+    ax.bar(range(len(ranks)), wait, color="#c0392b", label="of which waiting for the slowest rank")
+    ax.set_xticks(range(len(ranks)), [f"rank {r}" for r in ranks], fontsize=7)
+    ax.set_ylabel("% of time", fontsize=8)
+    ax.legend(fontsize=7, loc="upper right")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
 def json_text(c: dict[str, Any]) -> str:
     import orjson
 

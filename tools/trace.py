@@ -51,6 +51,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=output_path, metavar="FILE", help="write the totals and the layers as JSON")
     p.add_argument("--csv", type=output_path, metavar="FILE", help="write one row per layer as CSV")
     p.add_argument("--perfetto", type=output_path, metavar="FILE", help="write a Perfetto timeline (.pftrace, or .json) with passes and layers as spans")
+    p.add_argument("--png", type=output_path, metavar="FILE",
+                   help="several traces: each layer's compute per rank against the median, stragglers boxed, and each "
+                        "rank's communication and waiting (a picture)")
+    p.add_argument("--roofline", type=output_path, metavar="FILE",
+                   help="draw the roofline (.png, or .svg): each kind of kernel at its FLOPs per byte and TFLOP/s, under the "
+                        "GPU's peaks (needs shapes: Kineto's record_shapes)")
     p.add_argument("--parquet", type=output_directory, metavar="DIR",
                    help="write kernels, layers, stages, types and passes as Parquet tables under DIR, partitioned by rank "
                         "(DIR/kernels/rank=0/part-0.parquet; DuckDB, pandas and Spark read each folder as one table)")
@@ -183,6 +189,10 @@ def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
         write_atomic(args.json, json_text(comparison))
     if args.parquet:
         write_parquet_ranks(tables, args.parquet)
+    if args.png:
+        from layerc.backends.ranks_report import write_png
+
+        write_png(comparison, args.png)
     show_ranks(comparison)
     return 0
 
@@ -226,7 +236,7 @@ def _relabelled(tables: dict, rank: int) -> dict:
     return out
 
 
-_SINGLE = ("perfetto", "csv", "debug_layers", "show_layer_terminal", "print_ir_after_all", "model_config", "num_layers",
+_SINGLE = ("perfetto", "csv", "roofline", "debug_layers", "show_layer_terminal", "print_ir_after_all", "model_config", "num_layers",
            "kernel_tables", "split_half_layers", "timing")
 
 
@@ -242,6 +252,9 @@ def run(args: argparse.Namespace) -> int:
             args.usage_error(f"{', '.join(given)}: for one trace, not {len(paths)} (the ranks take --json, --parquet, "
                              "--strategy, --stage, --jobs and --ray)")
         return run_ranks(args, paths)
+    given = [flag for flag, value in (("--png", args.png), ("--ray", args.ray)) if value is not None]
+    if given:
+        args.usage_error(f"{', '.join(given)}: for several traces (every rank of a job), not one")
     args.trace = paths[0]
     if getattr(args, "model_config", None):
         from_config = config_layers(args.model_config)
@@ -258,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         warn(args, f"--num-layers {args.num_layers}, but {len(off)} complete pass(es) have another count ({counts}); "
              "the layers found are reported as they are", args.trace)
     for path, fmt in ((args.json, "json"), (args.csv, "csv"), (args.perfetto, perfetto_format(args.perfetto)),
-                      (args.parquet, "parquet")):
+                      (args.parquet, "parquet"), (args.roofline, "roofline-png")):
         if path:
             from layerc.backends.registry import emitter
 

@@ -176,6 +176,7 @@ SAME_FILE = [
     ("trace", "csv", ("trace", TRACE, "--csv", "$OUT/t.csv"), "t.csv", ""),
     ("trace", "pftrace", ("trace", TRACE, "--perfetto", "$OUT/t.pftrace"), "t.pftrace", ""),
     ("trace", "chrome-json", ("perfetto", TRACE, "-o", "$OUT/t.json"), "t.json", ""),
+    ("trace", "roofline-png", ("trace", TRACE, "--roofline", "$OUT/t.png"), "t.png", ""),
     ("graph", "layer-json", ("layer", "$IN", "1", "--format", "json", "-o", "$OUT"), "*_layer1.json", "slice-layer{layer=1}"),
     ("graph", "dot", ("layer", "$IN", "1", "--format", "dot", "-o", "$OUT"), "*_layer1.dot", "slice-layer{layer=1}"),
     ("graph", "png", ("layer", "$IN", "1", "--format", "png", "-o", "$OUT"), "*_layer1.png", "slice-layer{layer=1}"),

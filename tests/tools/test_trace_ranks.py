@@ -97,3 +97,15 @@ def test_ray_tasks_give_the_bytes_of_local_processes(tmp_path):
     assert on_ray.read_bytes() == local.read_bytes()
     stragglers = {(x["stage"], x["layer"]): x["straggler"] for x in json.loads(local.read_text())["layers"] if x["straggler"] is not None}
     assert stragglers == {("decode", LAYER): SLOW}
+
+
+def test_the_ranks_picture_and_options_of_several_traces_refused_for_one(tmp_path):
+    job = _job(tmp_path, 2)
+    rc, _, err = run_layerc("trace", job, "--png", tmp_path / "ranks.png")
+    assert rc == 0, err
+    assert (tmp_path / "ranks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    one = next(job.iterdir())
+    for flags in (("--png", tmp_path / "one.png"), ("--ray",)):
+        rc, _, err = run_layerc("trace", one, *flags)
+        assert rc == 2 and flags[0] in err
+    assert not (tmp_path / "one.png").exists()
