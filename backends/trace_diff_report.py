@@ -48,6 +48,34 @@ def show(diff: dict[str, Any], con=None) -> None:
     con.print(tab)
 
 
+def show_jobs(diff: dict[str, Any], con=None) -> None:
+    """Two runs of a job: the stragglers that came and went, then the changes with their ranks."""
+    con, Table = _console(con)
+    ranks = diff["ranks"]
+    con.print(f"[bold]{len(ranks)} ranks[/], rank by rank: A {os.path.dirname(diff['a'][0]) or '.'}, "
+              f"B {os.path.dirname(diff['b'][0]) or '.'}")
+    s = diff["stragglers"]
+    for key, title in (("new", "stragglers B has and A had not"), ("gone", "stragglers A had and B has not")):
+        if s[key]:
+            con.print(f"{title}: " + ", ".join(f"rank {x['rank']} in {x['stage']} layer {x['layer']}"
+                                               + (f" (stack {x['stack']})" if x["stack"] else "") for x in s[key]))
+    if not s["new"] and not s["gone"]:
+        con.print(f"the same stragglers in both runs ({len(s['a'])})")
+    changes = diff["changes"]
+    if not changes:
+        con.print(f"no change above the noise on any rank (more than {diff['threshold_pct']:g}% and {diff['sigmas']:g} "
+                  "standard errors)")
+        return
+    tab = Table(title=f"changes, largest first ({len(changes)}; median over the ranks that have it, per pass, µs)")
+    for header, justify in (("what", "left"), ("ranks", "left"), ("where", "left"), ("A kernels", "left"),
+                            ("B kernels", "left"), ("A", "right"), ("B", "right"), ("Δ", "right")):
+        tab.add_column(header, justify=justify)
+    _rows(tab, [(c["what"], "all" if c["ranks"] == ranks else ", ".join(map(str, c["ranks"])), _where(c["where"]),
+                 _kernels(c["kernels_a"]), _kernels(c["kernels_b"]), _us(c["a_ns"]), _us(c["b_ns"]),
+                 _signed(c["delta_ns"], c["delta_pct"])) for c in changes], "changes")
+    con.print(tab)
+
+
 def _where(blocks: list[str]) -> str:
     if len(blocks) <= 3:
         return ", ".join(blocks)
@@ -104,4 +132,4 @@ def _short_label(block: str, stage: str) -> str:
     return text.replace("layer ", "") if text.startswith("layer ") else text[:4]
 
 
-__all__ = ["show", "json_text", "write_png", "TABLE_ROWS"]
+__all__ = ["show", "show_jobs", "json_text", "write_png", "TABLE_ROWS"]

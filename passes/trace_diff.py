@@ -313,3 +313,44 @@ def _merged(changes: list[Change]) -> list[Change]:
         out.append(Change(what, stage, list(dict.fromkeys(w for c in found for w in c.where)), list(ka), list(kb),
                           sum(c.a_ns for c in found), sum(c.b_ns for c in found)))
     return out
+
+
+def diff_jobs(a: list[tuple[int, Run]], b: list[tuple[int, Run]], ranks_a: dict[str, Any], ranks_b: dict[str, Any],
+              threshold: float = THRESHOLD) -> dict[str, Any]:
+    """Two runs of one job, every rank of each (rank r of A with rank r of B, each pair compared as
+    :func:`diff_runs` compares two runs): the changes merged over the ranks that have them (a
+    change on every rank is one row; one that a rank alone has names it), largest first; and the
+    stragglers of each run (``compare_ranks``'s ``ranks_a`` and ``ranks_b``), with those B has
+    and A had not (``new``) and the reverse (``gone``)."""
+    per_rank = {r: diff_runs(ra, rb, threshold) for (r, ra), (_, rb) in zip(a, b)}
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r, d in per_rank.items():
+        for c in d["changes"]:
+            key = (c["what"], c["stage"], tuple(c["where"]), tuple(c["kernels_a"]), tuple(c["kernels_b"]))
+            m = merged.setdefault(key, {**c, "ranks": [], "_deltas": [], "_a": [], "_b": []})
+            m["ranks"].append(r)
+            m["_deltas"].append(c["delta_ns"])
+            m["_a"].append(c["a_ns"])
+            m["_b"].append(c["b_ns"])
+    changes = []
+    for m in merged.values():
+        a_ns, b_ns = float(np.median(m.pop("_a"))), float(np.median(m.pop("_b")))
+        m.pop("_deltas")
+        m.update(a_ns=round(a_ns), b_ns=round(b_ns), delta_ns=round(b_ns - a_ns), delta_pct=_pct(b_ns - a_ns, a_ns))
+        changes.append(m)
+    changes.sort(key=lambda c: -abs(c["delta_ns"]) * len(c["ranks"]))
+    stragglers = {side: {(x["stage"], x["stack"], x["layer"]): x["straggler"] for x in c["layers"] if x["straggler"] is not None}
+                  for side, c in (("a", ranks_a), ("b", ranks_b))}
+
+    def listed(found: dict[tuple[Any, ...], int]) -> list[dict[str, Any]]:
+        return [{"stage": s, "stack": st, "layer": i, "rank": r} for (s, st, i), r in sorted(found.items(), key=lambda kv: _block_order((kv[0][0], "layer", *kv[0][1:])))]
+
+    return {
+        "a": [r["trace"] for r in ranks_a["ranks"]], "b": [r["trace"] for r in ranks_b["ranks"]],
+        "ranks": [r for r, _ in a], "threshold_pct": round(100 * threshold, 2), "sigmas": SIGMAS,
+        "stragglers": {"a": listed(stragglers["a"]), "b": listed(stragglers["b"]),
+                       "new": listed({k: r for k, r in stragglers["b"].items() if stragglers["a"].get(k) != r}),
+                       "gone": listed({k: r for k, r in stragglers["a"].items() if stragglers["b"].get(k) != r})},
+        "changes": changes,
+        "per_rank": {str(r): d for r, d in per_rank.items()},
+    }

@@ -4,6 +4,9 @@
   finds them, aligned (layer i with layer i of the same stage, prologue with prologue), and the
   kernels inside each pair aligned by type and order, so a kernel made slower, added, removed or
   fused shows as such, largest change first, and nothing within the noise (``passes.trace_diff``).
+- Two runs of a job, every rank of each (two directories of per-rank traces): rank r of A with
+  rank r of B, the changes merged over the ranks that have them, and the stragglers each run
+  has, with those B has and A had not (``passes.trace_diff.diff_jobs``).
 - Two graph dumps (two AutoDeploy transform stages, or two models): nodes matched through the
   weights they read and the dataflow, never their names; fused, replaced, added and removed nodes
   reported per layer, and one layer drawn side by side (``passes.graph_diff``).
@@ -14,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from layerc.ir.diagnostics import warn
-from layerc.tools.args import input_path, natural_int, output_path, strategy_option
+from layerc.tools.args import input_path, natural_int, output_path, positive_int, strategy_option
 
 
 def _share(text: str) -> float:
@@ -33,6 +36,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     strategy_option(p, "traces: ")
     p.add_argument("--threshold", type=_share, default=None, metavar="PCT",
                    help="traces: the least change reported, in %% of the time (default 5); a change must also exceed the noise")
+    p.add_argument("--jobs", type=positive_int, metavar="N",
+                   help="two directories of per-rank traces: ranks analysed at once, each in its own process (default: the CPUs)")
     p.add_argument("--section", metavar="NAME", help="dumps: the GraphModule section of both (default: monolithic.model, else the largest)")
     p.add_argument("--layer", type=natural_int, default=None, metavar="N",
                    help="dumps: the layer --png draws (default: the layer that changed most)")
@@ -42,9 +47,26 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.set_defaults(usage_error=p.error)
 
 
+def _job(path: str) -> list[str] | None:
+    """A directory's per-rank traces (None: not a directory of traces)."""
+    import os
+
+    from layerc.tools.trace import TRACE_FILES
+
+    if not os.path.isdir(path):
+        return None
+    inside = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(TRACE_FILES) and os.path.isfile(os.path.join(path, f)))
+    return inside or None
+
+
 def run(args: argparse.Namespace) -> int:
     from layerc.grammar.input_kinds import input_kind
 
+    jobs = [_job(args.a), _job(args.b)]
+    if jobs[0] and jobs[1]:
+        return _jobs(args, jobs[0], jobs[1])
+    if args.jobs is not None:
+        args.usage_error("--jobs: for two directories of per-rank traces")
     kinds = {input_kind(args.a), input_kind(args.b)}
     if kinds == {"graph"}:
         if args.threshold is not None:
@@ -77,6 +99,31 @@ def _traces(args: argparse.Namespace) -> int:
     if args.png:
         write_png(diff, args.png)
     show(diff)
+    return 0
+
+
+def _jobs(args: argparse.Namespace, a: list[str], b: list[str]) -> int:
+    from layerc.backends.outputs import write_atomic
+    from layerc.backends.trace_diff_report import json_text, show_jobs
+    from layerc.ir.diagnostics import LayercError
+    from layerc.passes.ranks import compare_ranks
+    from layerc.passes.trace_diff import THRESHOLD, diff_jobs
+    from layerc.tools.trace import analyse_ranks
+
+    given = [flag for flag, value in (("--section", args.section), ("--layer", args.layer), ("--png", args.png)) if value is not None]
+    if given:
+        args.usage_error(f"{', '.join(given)}: not for two directories of per-rank traces")
+    args.stage = "all"
+    sides = [analyse_ranks(args, paths, blocks=True) for paths in (a, b)]
+    ranks = [[r for r, *_ in side] for side in sides]
+    if ranks[0] != ranks[1]:
+        raise LayercError(f"A has ranks {ranks[0]} and B ranks {ranks[1]}: a job's runs are compared rank by rank", args.b)
+    compared = [compare_ranks([(r, p, t) for r, p, t, _ in side]) for side in sides]
+    runs_a, runs_b = ([(r, run) for r, _, _, run in side] for side in sides)
+    diff = diff_jobs(runs_a, runs_b, compared[0], compared[1], THRESHOLD if args.threshold is None else args.threshold)
+    if args.json:
+        write_atomic(args.json, json_text(diff))
+    show_jobs(diff)
     return 0
 
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, output_directory, output_path, pipeline_options, positive_int, printed_pipeline, strategy_option
@@ -138,9 +138,11 @@ def traces_of(args: argparse.Namespace) -> list[str]:
     return found
 
 
-def _rank_job(path: str, strategy: str, stage: str, kernels: bool = False) -> tuple[int | None, dict, list[str]]:
+def _rank_job(path: str, strategy: str, stage: str, kernels: bool = False,
+              blocks: bool = False) -> tuple[int | None, dict, list[str], Any]:
     """One rank, in a worker process: its trace analysed, its tables (Arrow) and warnings back;
-    the kernels' table only where it is written (``kernels``): it is most of what would travel."""
+    the kernels' table only where it is written (``kernels``): it is most of what would travel;
+    with ``blocks``, also its layers' kernels as ``layerc diff`` aligns them (a ``Run``)."""
     from layerc.passes.ranks import module_rank, rank_tables
 
     module = analyze(argparse.Namespace(trace=path, kernel_tables=None, strategy=strategy, split_half_layers=False,
@@ -149,39 +151,51 @@ def _rank_job(path: str, strategy: str, stage: str, kernels: bool = False) -> tu
     tables = rank_tables(module, module_rank(module) or 0, stage)
     if not kernels:
         del tables["kernels"]
-    return module_rank(module), tables, [*module.trace.warnings, *said]
+    run = None
+    if blocks:
+        from layerc.passes.trace_diff import run_of
+
+        run = run_of(module)
+    return module_rank(module), tables, [*module.trace.warnings, *said], run
 
 
-def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
-    """Every rank's trace analysed in parallel processes (``--jobs``), then compared."""
+def analyse_ranks(args: argparse.Namespace, paths: list[str], kernels: bool = False,
+                  blocks: bool = False) -> list[tuple[int, str, dict, Any]]:
+    """Every rank's ``_rank_job``, in parallel processes (``--jobs``) or Ray tasks (``--ray``):
+    (rank, path, tables, run) in rank order. The rank is the one each trace names
+    (``distributedInfo``), else the order of the files (a warning says so)."""
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    from layerc.backends.ranks_report import json_text, show_ranks, write_parquet_ranks
-    from layerc.passes.ranks import compare_ranks
-
-    kernels = bool(args.parquet)
-    jobs = min(args.jobs or os.cpu_count() or 1, len(paths))
-    if args.ray is not None:
-        results = _on_ray(args.ray, paths, args.strategy, args.stage, kernels)
+    jobs = min(getattr(args, "jobs", None) or os.cpu_count() or 1, len(paths))
+    if getattr(args, "ray", None) is not None:
+        results = _on_ray(args.ray, paths, args.strategy, args.stage, kernels, blocks)
     elif jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            results = list(pool.map(_rank_job, paths, [args.strategy] * len(paths), [args.stage] * len(paths),
-                                    [kernels] * len(paths)))
+            n = len(paths)
+            results = list(pool.map(_rank_job, paths, [args.strategy] * n, [args.stage] * n, [kernels] * n, [blocks] * n))
     else:
-        results = [_rank_job(p, args.strategy, args.stage, kernels) for p in paths]
-    said = [r for r, _, _ in results]
+        results = [_rank_job(p, args.strategy, args.stage, kernels, blocks) for p in paths]
+    said = [r[0] for r in results]
     if all(r is not None for r in said) and len(set(said)) == len(said):
         ranks = [int(r) for r in said if r is not None]
     else:
         ranks = list(range(len(paths)))
         warn(args, "the traces do not each name a rank of their own (distributedInfo): ranks are numbered by the "
                    "order of the files", paths[0])
-    for path, (_, _, warnings) in zip(paths, results):
+    for path, (_, _, warnings, _) in zip(paths, results):
         for w in warnings:
             warn(args, w, path)
-    ordered = sorted(zip(ranks, paths, [t for _, t, _ in results]), key=lambda x: x[0])
-    tables = [(rank, path, _relabelled(t, rank)) for rank, path, t in ordered]
+    ordered = sorted(zip(ranks, paths, results), key=lambda x: x[0])
+    return [(rank, path, _relabelled(result[1], rank), result[3]) for rank, path, result in ordered]
+
+
+def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
+    """Every rank's trace analysed in parallel (``analyse_ranks``), then compared."""
+    from layerc.backends.ranks_report import json_text, show_ranks, write_parquet_ranks
+    from layerc.passes.ranks import compare_ranks
+
+    tables = [(rank, path, t) for rank, path, t, _ in analyse_ranks(args, paths, kernels=bool(args.parquet))]
     comparison = compare_ranks(tables)
     if args.json:
         from layerc.backends.outputs import write_atomic
@@ -197,7 +211,7 @@ def run_ranks(args: argparse.Namespace, paths: list[str]) -> int:
     return 0
 
 
-def _on_ray(address: str, paths: list[str], strategy: str, stage: str, kernels: bool) -> list:
+def _on_ray(address: str, paths: list[str], strategy: str, stage: str, kernels: bool, blocks: bool = False) -> list:
     """Each rank's ``_rank_job`` as a Ray task (one CPU each), on the cluster at ``address`` (or
     RAY_ADDRESS's, or a local one started here and stopped after); only the Arrow tables and the
     warnings come back, in the order of ``paths``."""
@@ -219,7 +233,7 @@ def _on_ray(address: str, paths: list[str], strategy: str, stage: str, kernels: 
             raise LayercError(f"--ray {address or '(local)'}: {e}") from None
     try:
         task = ray.remote(num_cpus=1)(_rank_job)
-        return ray.get([task.remote(os.path.abspath(p), strategy, stage, kernels) for p in paths])
+        return ray.get([task.remote(os.path.abspath(p), strategy, stage, kernels, blocks) for p in paths])
     finally:
         if started:
             ray.shutdown()

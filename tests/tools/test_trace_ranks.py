@@ -20,7 +20,10 @@ from tests.passes.test_trace_diff import _generate, _kernels, jitter
 RANKS, SLOW, LAYER = 4, 2, 5
 
 
-def _job(tmp: Path, seed: int, straggle: bool = True, model: str = "llama") -> Path:
+def _job(tmp: Path, seed: int, straggle: bool = True, model: str = "llama", noise: int | None = None) -> Path:
+    """RANKS traces of one workload (drawn by ``seed``), each with its own noise (drawn by
+    ``noise``, default the seed), rank SLOW straggling in decode layer LAYER where ``straggle``."""
+    noise = seed if noise is None else noise
     base, truth = _generate(tmp / "base.json.gz", seed, model, tp=RANKS)
     delay: dict[int, float] = {}  # per decode pass: what the straggler adds to layer LAYER
     for e, k in _kernels(base, truth):
@@ -29,7 +32,7 @@ def _job(tmp: Path, seed: int, straggle: bool = True, model: str = "llama") -> P
     job = tmp / "job"
     job.mkdir()
     for rank in range(RANKS):
-        doc = jitter(json.loads(json.dumps(base)), 100 * seed + rank)
+        doc = jitter(json.loads(json.dumps(base)), 100 * noise + rank)
         doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": RANKS}
         waited = set()
         for e, k in _kernels(doc, truth):
@@ -114,3 +117,36 @@ def test_the_ranks_picture_and_options_of_several_traces_refused_for_one(tmp_pat
         rc, _, err = run_layerc("trace", one, *flags)
         assert rc == 2 and flags[0] in err
     assert not (tmp_path / "one.png").exists()
+
+
+def _job_diff(tmp: Path, seed: int, straggle: bool) -> dict:
+    a = _job(tmp / "a", seed, straggle=False, noise=10 * seed)
+    b = _job(tmp / "b", seed, straggle=straggle, noise=10 * seed + 1)
+    rc, _, err = run_layerc("diff", a, b, "--json", tmp / "d.json", "--jobs", "2")
+    assert rc == 0, err
+    return json.loads((tmp / "d.json").read_text())
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_two_runs_of_a_job_name_the_rank_that_straggles_and_those_waiting(seed, tmp_path):
+    """Rank by rank, two runs of one workload with their own noise, B's rank 2 straggling in decode
+    layer 5: the straggler is new in B, rank 2's compute there is slower, the others' all-reduce
+    there is slower (they wait), and nothing else changed."""
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+    d = _job_diff(tmp_path, seed, straggle=True)
+    assert d["stragglers"]["new"] == [{"stage": "decode", "stack": 0, "layer": LAYER, "rank": SLOW}]
+    assert d["stragglers"]["gone"] == [] and d["changes"]
+    others = [r for r in range(RANKS) if r != SLOW]
+    for c in d["changes"]:
+        assert c["where"] == [f"decode layer {LAYER}"] and c["what"] == "slower"
+        waiting = all(k.endswith("(COMMUNICATION)") for k in c["kernels_b"])
+        assert c["ranks"] == (others if waiting else [SLOW]), c
+    assert any(c["ranks"] == others for c in d["changes"]) and any(c["ranks"] == [SLOW] for c in d["changes"])
+
+
+def test_two_runs_of_a_job_that_differ_by_noise_have_no_change(tmp_path):
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+    d = _job_diff(tmp_path, 2, straggle=False)
+    assert d["changes"] == [] and d["stragglers"]["new"] == d["stragglers"]["gone"] == []
