@@ -122,6 +122,32 @@ def _linear(call: _Call) -> OpCost | None:
     return OpCost(2.0 * rows * n * k, float(moved), call.precision(0), COMPUTE)
 
 
+def _grouped(call: _Call, offs: int, out_size: int | None = None) -> OpCost | None:
+    """``torch._grouped_mm`` (MoE experts: each group's rows times its own matrix): 2-D × 3-D
+    (rows split among G matrices by ``offs``), 3-D × 2-D (columns split), 2-D × 2-D (the reduction
+    split: one output per group) or 3-D × 3-D (G products). ``out_size``: bytes per output element
+    (a scaled FP8 product writes BF16), default the inputs'."""
+    x, y = call.tensor(0), call.tensor(1)
+    if x is None or y is None or x[-1] != (y[-2] if len(y) == 3 else y[0]):
+        return None
+    if len(x) == 2 and len(y) == 3:  # (M, K) × (G, K, N): each row meets one matrix
+        (m, k), n, outputs = x, y[2], x[0] * y[2]
+    elif len(x) == 3 and len(y) == 2:  # (G, M, K) × (K, N): each column meets one group
+        (m, k), n, outputs = x[1:], y[1], x[1] * y[1]
+    elif len(x) == 2 and len(y) == 2:  # (M, K) × (K, N), K split into G: (G, M, N)
+        groups = call.tensor(offs)
+        if groups is None or len(groups) != 1:
+            return None
+        (m, k), n, outputs = x, y[1], groups[0] * x[0] * y[1]
+    elif len(x) == 3 and len(y) == 3 and x[0] == y[0]:  # (G, M, K) × (G, K, N)
+        (m, k), n, outputs = (x[0] * x[1], x[2]), y[2], x[0] * x[1] * y[2]
+    else:
+        return None
+    size = call.size(0)
+    moved = (_elements(x) + _elements(y)) * size + outputs * (out_size or size)
+    return OpCost(2.0 * m * k * n, float(moved), call.precision(0), COMPUTE)
+
+
 # -- attention ----------------------------------------------------------------------------------
 def _pairs(sq: int, sk: int, causal: bool | None, bottom_right: bool = False) -> int | None:
     """Query-key pairs computed: all, or the causal mask's (top-left aligned, as PyTorch's
@@ -211,6 +237,8 @@ _MODELS: dict[str, Callable[[_Call], OpCost | None]] = {
     "aten::baddbmm": lambda c: _product(c, 1, 2, extra=(0,)),
     "aten::matmul": lambda c: _product(c, 0, 1),
     "aten::_scaled_mm": lambda c: _product(c, 0, 1),
+    "aten::_grouped_mm": lambda c: _grouped(c, 2),
+    "aten::_scaled_grouped_mm": lambda c: _grouped(c, 4, out_size=2),
     "aten::linear": _linear,
     "aten::scaled_dot_product_attention": lambda c: _attention(c, True, c.flag(5)),
     "aten::_scaled_dot_product_flash_attention": lambda c: _attention(c, True, c.flag(4)),

@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerc.passes.roofline import kernel_roofline, op_cost
-from tests.conftest import SHARED
+from tests.conftest import SHARED, TESTS
+
+TESTS_DATA = TESTS / "data"
 
 QWEN = SHARED / "data" / "traces" / "torch" / "hf_qwen1.5-0.5b_h100.json.gz"
 
@@ -130,3 +132,42 @@ def test_a_trace_without_shapes_or_known_gpu_reports_nothing_as_known(shared, tm
             assert roof["all"]["roofline_pct"] is None and all(d["peaks"] is None for d in roof["devices"].values())
         else:
             assert roof["all"]["covered_pct"] == 0 and roof["all"]["tflops"] is None
+
+
+MOE = TESTS_DATA / "gpu" / "hf_qwen3_moe_eager.json.gz"
+
+
+def test_grouped_gemm_flops_of_the_hf_qwen3_moe_trace_equal_their_shapes():
+    """transformers' grouped_mm experts (a real H100 capture): each aten::_grouped_mm of
+    (tokens·top-k, K) rows by (experts, K, N) matrices costs 2·rows·K·N (every row meets one
+    expert), read here from the trace's own args, apart from the reader."""
+    import gzip
+
+    from layerc.grammar.traces import read_trace
+    from layerc.ir.trace import link
+
+    events = json.loads(gzip.decompress(MOE.read_bytes()))["traceEvents"]
+    closed = {}
+    for e in events:
+        if e.get("name") == "aten::_grouped_mm":
+            (rows, k), (_, k2, n) = e["args"]["Input Dims"][:2]
+            assert k == k2
+            closed[e["args"]["External id"]] = 2 * rows * k * n
+    trace = read_trace(MOE)
+    r = kernel_roofline(trace)
+    op = link(trace.kernels.external_id, trace.cpu_ops.external_id)
+    names = np.array([trace.strings[int(trace.cpu_ops.name[o])] if o >= 0 else "" for o in op.tolist()])
+    grouped = names == "aten::_grouped_mm"
+    assert grouped.any() and not np.isnan(r.flops[grouped]).any()
+    launched = {int(trace.cpu_ops.external_id[o]) for o in op[grouped].tolist()}
+    assert r.flops[grouped].sum() == pytest.approx(sum(closed[x] for x in launched), rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 64), st.integers(1, 64), st.integers(1, 64), st.sampled_from(["2x3", "3x2", "2x2", "3x3"]))
+def test_grouped_gemm_flops_count_every_product(g, m, k, n, form):
+    """2·K per output element of each group's product, in each of _grouped_mm's four forms."""
+    a, b, expected = {"2x3": ([m, k], [g, k, n], 2 * m * k * n), "3x2": ([g, m, k], [k, n], 2 * m * k * n),
+                      "2x2": ([m, k], [k, n], 2 * m * k * n), "3x3": ([g, m, k], [g, k, n], 2 * g * m * k * n)}[form]
+    cost = op_cost("aten::_grouped_mm", json.dumps([a, b, [g], [], []]), json.dumps(["c10::BFloat16", "c10::BFloat16", "int", "", ""]))
+    assert cost is not None and cost.flops == expected and cost.bound == "compute"
