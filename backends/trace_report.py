@@ -131,23 +131,19 @@ def _roofline(a: Analysis, dur: np.ndarray) -> dict:
 
 
 def _layer_rows(a: Analysis) -> list[dict]:
-    """One entry per selected layer, built from whole columns (``tolist`` once per column)."""
+    """One entry per selected layer (``trace_tables.layer_columns``), each column turned to
+    Python values once."""
     from layerc.passes.layer_facts import stage_names
+    from layerc.passes.trace_tables import layer_columns
 
-    t, rows = a.table, np.nonzero(a.rows)[0]
-    q = t.pass_index[rows]
-    partial = np.asarray(a.layers.partial, bool)[q] if len(a.layers.partial) else np.zeros(len(rows), bool)
-    stack = a.layers.stack[t.first[rows]] if a.layers.stack is not None else np.zeros(len(rows), np.int64)
-    columns: tuple[Any, ...] = (q.tolist(), partial.tolist(), t.index[rows].tolist(), stack.tolist(), [t.type[r] for r in rows.tolist()],
-               stage_names(t.stage[rows]), t.kernel_count[rows].tolist(), t.duration[rows].tolist(),
-               t.start[rows].tolist(), t.end[rows].tolist(), _shorts(a, t.first[rows]), _shorts(a, t.last[rows]))
-    keys: tuple[str, ...] = ("pass", "partial", "index", "stack", "type", "stage", "kernel_count", "duration_ns", "start_ns",
-                             "end_ns", "first_kernel", "last_kernel")
-    if a.roofline is not None:
-        cost = layer_costs(a.roofline, a.trace, t)
-        columns += tuple(cost[k][rows].tolist() for k in LAYER_COSTS)
-        keys += LAYER_COSTS
-    return [dict(zip(keys, values)) for values in zip(*columns)]
+    c = layer_columns(a.trace, a.layers, a.table, a.cls, a.roofline, np.nonzero(a.rows)[0])
+    strings = a.trace.strings
+    names = {key: [strings[i] or "?" for i in c[key].tolist()] for key in ("first_kernel", "last_kernel")}
+    columns = {"pass": c["pass"].tolist(), "partial": c["partial"].tolist(), "index": c["layer"].tolist(),
+               "stack": c["stack"].tolist(), "type": c["type"], "stage": stage_names(c["stage"]),
+               **{key: c[key].tolist() for key in ("kernel_count", "duration_ns", "start_ns", "end_ns")}, **names,
+               **{key: c[key].tolist() for key in LAYER_COSTS if key in c}}
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
 def _shorts(a: Analysis, kernels: np.ndarray) -> list[str]:

@@ -290,6 +290,8 @@ class Roofline:
     bound_ns: np.ndarray  #: the roofline's time: max(FLOPs / matrix peak, bytes / HBM), ns; NaN without peaks
     #: device id → the hardware.toml preset whose peaks apply (None: a device layerc has no peaks for)
     devices: dict[int, str | None] = field(default_factory=dict)
+    #: the last layer table's costs (``layer_costs``): each output of a run reads them
+    _per_layer: tuple[Any, dict[str, np.ndarray]] | None = field(default=None, init=False)
 
     def known(self) -> np.ndarray:
         return np.asarray(~np.isnan(self.flops))
@@ -418,7 +420,10 @@ LAYER_COSTS = ("flops", "bytes", "roofline_pct", "cost_covered_pct")
 
 
 def layer_costs(r: Roofline, trace: Trace, table: Any) -> dict[str, np.ndarray]:
-    """:data:`LAYER_COSTS` per row of a layer table (object columns: None where unknown)."""
+    """:data:`LAYER_COSTS` per row of a layer table (object columns: None where unknown),
+    computed once per table (the JSON, the tables and the timeline of one run share them)."""
+    if r._per_layer is not None and r._per_layer[0] is table:
+        return r._per_layer[1]
     n, row = len(table), table.row_of
     dur = (trace.kernels.end - trace.kernels.start).astype(np.float64)
     s = per_row(r, dur, row, n)
@@ -429,4 +434,6 @@ def layer_costs(r: Roofline, trace: Trace, table: Any) -> dict[str, np.ndarray]:
     out[1, have] = np.rint(s["bytes"][have]).astype(np.int64)
     out[2, bounded] = np.round(100 * s["bound_ns"][bounded] / s["bounded_ns"][bounded], 3)
     out[3] = np.round(100 * s["known_ns"] / np.where(s["time_ns"] > 0, s["time_ns"], 1), 3)
-    return dict(zip(LAYER_COSTS, out))
+    costs = dict(zip(LAYER_COSTS, out))
+    r._per_layer = (table, costs)
+    return costs

@@ -17,7 +17,7 @@ import numpy as np
 from layerc.ir.trace import Trace, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 from layerc.passes.layer_facts import STAGES, pass_stages
-from layerc.passes.roofline import layer_costs
+from layerc.passes.roofline import LAYER_COSTS, layer_costs
 
 if TYPE_CHECKING:
     import pandas
@@ -134,24 +134,38 @@ def _kernel_costs(module: TraceModule, rows: np.ndarray) -> dict[str, Any]:
             for name, values in (("flops", r.flops), ("bytes", r.bytes), ("roofline_ns", r.bound_ns))}
 
 
-def _layers(module: TraceModule, sel: Selection) -> dict[str, Any]:
-    t, table, layers, cls = module.trace, module.table, module.layers, module.classification
-    assert table is not None and layers is not None and cls is not None
-    rows = np.flatnonzero(sel.rows)
+def layer_columns(trace: Trace, layers: Any, table: Any, cls: Any, roofline: Any, rows: np.ndarray) -> dict[str, Any]:
+    """The facts of each layer row ``rows`` as columns, the one place ``trace --json``'s layers
+    and the Arrow layers table read them from: pass, partial, layer, stack, type (text), stage
+    (code), kernel_count, duration_ns, start_ns, end_ns, first_kernel and last_kernel (short-name
+    ids) and, where the roofline pass ran, :data:`LAYER_COSTS` (object columns, None unknown)."""
     q = table.pass_index[rows]
-    partial = np.asarray(layers.partial, bool)[q] if len(layers.partial) else np.zeros(len(rows), bool)
-    stack = layers.stack[table.first[rows]] if layers.stack is not None else np.zeros(len(rows), np.int64)
+    out: dict[str, Any] = {
+        "pass": q, "partial": np.asarray(layers.partial, bool)[q] if len(layers.partial) else np.zeros(len(rows), bool),
+        "layer": table.index[rows],
+        "stack": layers.stack[table.first[rows]] if layers.stack is not None else np.zeros(len(rows), np.int64),
+        "type": [table.type[r] for r in rows.tolist()], "stage": table.stage[rows], "kernel_count": table.kernel_count[rows],
+        "duration_ns": table.duration[rows], "start_ns": table.start[rows], "end_ns": table.end[rows],
+        "first_kernel": cls.short[table.first[rows]], "last_kernel": cls.short[table.last[rows]],
+    }
+    if roofline is not None:
+        out.update((name, values[rows]) for name, values in layer_costs(roofline, trace, table).items())
+    return out
+
+
+def _layers(module: TraceModule, sel: Selection) -> dict[str, Any]:
     import pyarrow as pa
 
+    assert module.table is not None and module.layers is not None and module.classification is not None
+    c = layer_columns(module.trace, module.layers, module.table, module.classification, module.roofline, np.flatnonzero(sel.rows))
+    strings = module.trace.strings.values
     return {
-        "pass": q, "layer": table.index[rows], "stack": _ids(stack), "partial": partial,
-        "type": pa.array([table.type[r] for r in rows.tolist()], pa.string()).dictionary_encode(),
-        "stage": _labels(table.stage[rows], _STAGE_NAMES, 1), "kernel_count": table.kernel_count[rows],
-        "duration_ns": table.duration[rows], "start_ns": table.start[rows], "end_ns": table.end[rows],
-        "first_kernel": _names(cls.short[table.first[rows]], t.strings.values),
-        "last_kernel": _names(cls.short[table.last[rows]], t.strings.values),
-        **({name: pa.array(values[rows].tolist(), pa.int64() if name in ("flops", "bytes") else pa.float64())
-            for name, values in layer_costs(module.roofline, t, table).items()} if module.roofline is not None else {}),
+        "pass": c["pass"], "layer": c["layer"], "stack": _ids(c["stack"]), "partial": c["partial"],
+        "type": pa.array(c["type"], pa.string()).dictionary_encode(), "stage": _labels(c["stage"], _STAGE_NAMES, 1),
+        "kernel_count": c["kernel_count"], "duration_ns": c["duration_ns"], "start_ns": c["start_ns"], "end_ns": c["end_ns"],
+        "first_kernel": _names(c["first_kernel"], strings), "last_kernel": _names(c["last_kernel"], strings),
+        **{name: pa.array(c[name].tolist(), pa.int64() if name in ("flops", "bytes") else pa.float64())
+           for name in LAYER_COSTS if name in c},
     }
 
 
