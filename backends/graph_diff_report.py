@@ -14,7 +14,7 @@ from layerc.passes.graph_diff import GraphDiff, Region, layer_span, to_dict
 
 #: fill colour of a node by what happened to it (matched nodes that kept their op stay white)
 COLOURS = {"removed": "#f4a6a6", "added": "#a6e3a1", "replaced": "#f9e79f", "fused": "#f8c471", "split": "#f8c471",
-           "rewritten": "#d7bde2"}
+           "rewritten": "#d7bde2", "rewired": "#aed6f1", "constants": "#d6eaf8"}
 
 
 def show(d: GraphDiff, con=None) -> None:
@@ -32,11 +32,16 @@ def show(d: GraphDiff, con=None) -> None:
         con.print("no change: every op of A has its op in B, reading the same weights and the same dataflow")
         return
     tab = Table(title=f"changes, largest first ({len(d.changes)})")
-    for header, justify in (("what", "left"), ("where", "left"), ("times", "right"), ("A ops", "left"), ("B ops", "left")):
+    for header, justify in (("what", "left"), ("where", "left"), ("times", "right"), ("A ops", "left"), ("B ops", "left"),
+                            ("detail", "left")):
         tab.add_column(header, justify=justify)
-    _rows(tab, [(c.kind, _where(c.layers, c.outside, d.layers_a), str(len(c.regions)), _ops(c.before), _ops(c.after))
-                for c in d.changes], "changes")
+    _rows(tab, [(c.kind, _where(c.layers, c.outside, d.layers_a), str(len(c.regions)), _ops(c.before), _ops(c.after),
+                 _detail(c.detail or c.regions[0].detail)) for c in d.changes], "changes")
     con.print(tab)
+
+
+def _detail(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _few(names: list[str]) -> str:

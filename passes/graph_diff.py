@@ -63,11 +63,11 @@ def _operands(node: Node, keywords: bool = True) -> Iterator[tuple[int, Any]]:
         position += 1
 
 
-def _signature(node: Node) -> tuple[tuple[int, ...], str]:
-    """The positions of its value operands and the text of its constants (``getitem(x, 0)`` and
-    ``getitem(x, 1)`` differ only there)."""
+def _signature(leaves: list[tuple[int, Any]]) -> tuple[tuple[int, ...], str]:
+    """The positions of a node's value operands and the text of its constants (``getitem(x, 0)``
+    and ``getitem(x, 1)`` differ only there)."""
     values, constants = [], []
-    for position, leaf in _operands(node):
+    for position, leaf in leaves:
         if isinstance(leaf, Value):
             values.append(position)
         else:
@@ -88,6 +88,7 @@ class Matching:
         self.ba: dict[Node, Node] = {}
         self._queue: deque[tuple[Node, Node]] = deque()
         self._slack = 0  #: layers apart that a pair found by the dataflow may be
+        self._flat: dict[Node, list[tuple[int, Any]]] = {}
 
     def pair(self, x: Node, y: Node) -> None:
         if x in self.ab or y in self.ba:
@@ -97,8 +98,8 @@ class Matching:
 
     def run(self) -> "Matching":
         """Anchors, then the dataflow and the same expressions to a fixpoint: the evidence that
-        checks most first (users with the same constants, inputs of ops of one kind, whole
-        expressions), users that differ in their constants only where that is all that is left;
+        checks most first (users and inputs with the same op and constants, whole expressions),
+        ops that differ in their constants only where that is all that is left;
         all of it within one layer, then (only what is left) across a layer boundary, so an op
         pairs with the one of its own layer wherever the evidence allows."""
         self._anchor()
@@ -109,11 +110,16 @@ class Matching:
                     x, y = self._queue.popleft()
                     self._forward(x, y, strict=True)
                     if op_key(x) == op_key(y):
-                        self._backward(x, y)
+                        self._backward(x, y, strict=True, evidence=True)
                 self._same_expressions()
-                if not self._queue:
+                for strict, evidence in ((True, False), (False, False)):
+                    if self._queue:
+                        break
                     for x, y in list(self.ab.items()):
-                        self._forward(x, y, strict=False)
+                        if not strict:
+                            self._forward(x, y, strict=False)
+                        if op_key(x) == op_key(y):
+                            self._backward(x, y, strict, evidence)
         return self
 
     def _same_expressions(self) -> None:
@@ -121,7 +127,7 @@ class Matching:
         a mask, code left dead): paired where they compute the same expression of matched values,
         inputs and constants. Where each graph computes one expression equally often, its copies
         are interchangeable and pair in graph order."""
-        found = [_expressions(g, self.ab if g is self.a else self.ba, g is self.a) for g in (self.a, self.b)]
+        found = [_unmatched_by_expression(g, self.ab if g is self.a else self.ba, g is self.a) for g in (self.a, self.b)]
         for h, xs in found[0].items():
             ys = found[1].get(h)
             if ys is not None and len(xs) == len(ys):
@@ -148,14 +154,35 @@ class Matching:
     def _forward(self, x: Node, y: Node, strict: bool) -> None:
         """Users of a matched pair that read it at the same place with the same op (and, when
         ``strict``, the same constants), where one candidate is left on each side."""
-        ux = _users_by(x, self.ab, strict)
-        uy = _users_by(y, self.ba, strict)
+        ux = self._users_by(x, self.ab, strict)
+        uy = self._users_by(y, self.ba, strict)
         for key, xs in ux.items():
             ys = uy.get(key)
-            if ys is not None and len(xs) == 1 and len(ys) == 1 and same_place(xs[0], ys[0], self._slack):
+            if (ys is not None and len(xs) == 1 and len(ys) == 1 and same_place(xs[0], ys[0], self._slack)
+                    and (not strict or self._consistent(xs[0], ys[0]))):
                 self.pair(xs[0], ys[0])
 
-    def _backward(self, x: Node, y: Node) -> None:
+    def _users_by(self, value: Node, matched: dict[Node, Node], strict: bool) -> dict[tuple[Any, ...], list[Node]]:
+        """The unmatched users of ``value`` by (op, where they read it[, constants])."""
+        groups: dict[tuple[Any, ...], list[Node]] = defaultdict(list)
+        for u in value.users:
+            if u in matched or u.kind == PLACEHOLDER:
+                continue
+            leaves = self._leaves(u)
+            key: tuple[Any, ...] = (op_key(u), tuple(p for p, leaf in leaves if leaf is value))
+            if strict:
+                key += (_signature(leaves),)
+            groups[key].append(u)
+        return groups
+
+    def _leaves(self, n: Node) -> list[tuple[int, Any]]:
+        """``_operands(n)``, flattened once per node (a node is visited from each of its inputs)."""
+        found = self._flat.get(n)
+        if found is None:
+            found = self._flat[n] = list(_operands(n))
+        return found
+
+    def _backward(self, x: Node, y: Node, strict: bool, evidence: bool = False) -> None:
         """The inputs at the same place of two matched ops of one kind, when they compute the same
         (in the same layer; in the second round, also the next: a cast on a layer's boundary goes
         to either)."""
@@ -164,19 +191,36 @@ class Matching:
             return
         for (_, u), (_, v) in zip(ix, iy):
             if (isinstance(u, Node) and isinstance(v, Node) and u.kind == v.kind == OP and u not in self.ab
-                    and v not in self.ba and op_key(u) == op_key(v) and same_place(u, v, self._slack)):
+                    and v not in self.ba and op_key(u) == op_key(v) and same_place(u, v, self._slack)
+                    and (not strict or self._consistent(u, v, evidence))):
                 self.pair(u, v)
 
+    def _consistent(self, u: Node, v: Node, evidence: bool = False) -> bool:
+        """Whether ``u`` and ``v`` have the same constants, and read at each place either inputs
+        matched to each other or inputs not matched yet (the strict rounds' test); with
+        ``evidence``, at least one of their inputs matched to the other's, or none at all: two
+        getitems of the same index pair through the tuple they unpack, not through a user alone."""
+        lu, lv = self._leaves(u), self._leaves(v)
+        if _signature(lu) != _signature(lv):
+            return False
+        seen = shown = False
+        for (_, p), (_, q) in zip(lu, lv):
+            if isinstance(p, Node) and isinstance(q, Node):
+                seen = True
+                if p in self.ab and q in self.ba:
+                    if self.ab[p] is not q:
+                        return False
+                    shown = True
+        return shown or not seen or not evidence
 
-def _expressions(graph: Graph, matched: dict[Node, Node], is_a: bool) -> dict[int, list[Node]]:
-    """The unmatched ops of ``graph`` by a hash of the expression each computes: its op, its
-    positional constants and its operands' hashes, down to inputs, weights and matched nodes (known
-    by A's node). Constant keywords are left out: an fx print spells ``device=cpu`` where a dump
-    does not."""
+
+def _expressions(graph: Graph, matched: dict[Node, Node] | None = None, is_a: bool = True) -> dict[Value, int]:
+    """A hash of the expression each node computes: its op, its positional constants and its
+    operands' hashes, down to inputs, weights and (given ``matched``) matched nodes, known by A's
+    node. Constant keywords are left out: an fx print spells ``device=cpu`` where a dump does not."""
     code: dict[Value, int] = {}
-    groups: dict[int, list[Node]] = defaultdict(list)
     for n in graph.nodes:
-        if n in matched:
+        if matched is not None and n in matched:
             code[n] = hash(("matched", id(n if is_a else matched[n])))
         elif n.kind != OP:
             code[n] = hash((n.kind, n.name))
@@ -184,6 +228,15 @@ def _expressions(graph: Graph, matched: dict[Node, Node], is_a: bool) -> dict[in
             leaves = tuple(_leaf_code(code, leaf) for _, leaf in _operands(n, keywords=False))
             leaves += tuple(_leaf_code(code, v) for v in n.kwargs.values() if isinstance(v, Value))
             code[n] = hash((op_key(n), leaves))
+    return code
+
+
+def _unmatched_by_expression(graph: Graph, matched: dict[Node, Node], is_a: bool) -> dict[int, list[Node]]:
+    """The unmatched ops of ``graph`` by the hash of their expression (``_expressions``)."""
+    code = _expressions(graph, matched, is_a)
+    groups: dict[int, list[Node]] = defaultdict(list)
+    for n in graph.nodes:
+        if n.kind == OP and n not in matched:
             groups[code[n]].append(n)
     return groups
 
@@ -266,34 +319,23 @@ def _weight_partners(a: Graph, b: Graph) -> list[tuple[Node, Node]]:
             if x.graph is a and len(ys) == 1 and partners[next(iter(ys))] == {x}]
 
 
-def _users_by(value: Node, matched: dict[Node, Node], strict: bool) -> dict[tuple[Any, ...], list[Node]]:
-    """The unmatched users of ``value`` by (op, where they read it[, constants])."""
-    groups: dict[tuple[Any, ...], list[Node]] = defaultdict(list)
-    for u in value.users:
-        if u in matched or u.kind == PLACEHOLDER:
-            continue
-        places = tuple(p for p, leaf in _operands(u) if leaf is value)
-        key: tuple[Any, ...] = (op_key(u), places)
-        if strict:
-            key += (_signature(u),)
-        groups[key].append(u)
-    return groups
-
-
 # -- regions --------------------------------------------------------------------------------------
 @dataclass
 class Region:
     """Nodes of A and of B that one change turned into each other."""
 
-    kind: str  #: fused, split, replaced, added, removed or rewritten
+    kind: str  #: fused, split, replaced, added, removed, rewritten; rewired, constants (an op kept)
     a: list[Node]
     b: list[Node]
     layer: int | None
     where: str  #: ``layer 3``, ``prologue`` or ``epilogue``
+    detail: str = ""  #: what a kept op changed: ``argument 1: add_1 → add``, ``1e-05 → 1e-06``
 
     @property
-    def signature(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-        return self.kind, _names(self.a), _names(self.b)
+    def signature(self) -> tuple[str, tuple[str, ...], tuple[str, ...], str]:
+        """What makes two regions one change: a new constant is one change wherever it is; a
+        rewiring names nodes of its own layer, so its kind and ops make it."""
+        return self.kind, _names(self.a), _names(self.b), self.detail if self.kind == "constants" else ""
 
 
 def _op(node: Node) -> str:
@@ -374,6 +416,7 @@ def regions(m: Matching) -> list[Region]:
         a = sorted((n for s, n in piece if s == "a"), key=order_a.__getitem__)
         b = sorted((n for s, n in piece if s == "b"), key=order_b.__getitem__)
         found.append(_region(_kind(a, b), a, b))
+    found += kept_but_changed(m)
     found.sort(key=lambda r: (order_a[r.a[0]] if r.a else len(order_a), order_b[r.b[0]] if r.b else 0))
     return found
 
@@ -448,7 +491,7 @@ def _split(items: list[Item], anchors: _Sets) -> list[list[Item]]:
                     owner[item] = owner[(side, n)]
                     frontier.append(item)
     for side, n in list(owner):
-        if _op(n) == "getitem" and n.args and (side, n.args[0]) in owner:
+        if _op(n) == "getitem" and n.args and isinstance(n.args[0], Node) and (side, n.args[0]) in owner:
             owner[(side, n)] = owner[(side, n.args[0])]
     pieces: list[list[Item]] = [[] for _ in seeds]
     rest: list[Item] = []
@@ -457,12 +500,59 @@ def _split(items: list[Item], anchors: _Sets) -> list[list[Item]]:
     return [p for p in pieces if p] + ([rest] if rest else [])
 
 
-def _region(kind: str, a: list[Node], b: list[Node]) -> Region:
+def kept_but_changed(m: Matching) -> list[Region]:
+    """Ops matched with an op of their kind that read other inputs (``rewired``: another matched
+    node, another weight) or other constants (``constants``). An input that is itself part of a
+    change (unmatched, or replaced) explains the difference and is not counted again."""
+    found = []
+    same = {**_expressions(m.a), **_expressions(m.b)}
+    for x, y in m.ab.items():
+        if x.kind != OP or op_key(x) != op_key(y):
+            continue
+        detail = _rewiring(m, x, y, same)
+        if detail:
+            found.append(_region("rewired", [x], [y], detail))
+        elif detail := _new_constants(x, y):
+            found.append(_region("constants", [x], [y], detail))
+    return found
+
+
+def _rewiring(m: Matching, x: Node, y: Node, code: dict[Value, int]) -> str:
+    ox, oy = [(p, v) for p, v in _operands(x) if isinstance(v, Value)], [(p, v) for p, v in _operands(y) if isinstance(v, Value)]
+    if [p for p, _ in ox] != [p for p, _ in oy]:
+        return "its arguments are other values"
+    said = []
+    for (p, u), (_, v) in zip(ox, oy):
+        if isinstance(u, Weight) or isinstance(v, Weight):
+            if not (isinstance(u, Weight) and isinstance(v, Weight)) or weight_key(u) != weight_key(v):
+                said.append(f"argument {p}: {u.name} → {v.name}")
+        elif (isinstance(u, Node) and isinstance(v, Node) and u in m.ab and v in m.ba and m.ab[u] is not v
+              and code.get(u) != code.get(v)):  # (two copies of one expression are one value)
+            if op_key(u) == op_key(m.ab[u]) and op_key(v) == op_key(m.ba[v]):  # (a replaced input is its own change)
+                said.append(f"argument {p}: {u.name} → {v.name}")
+    return ", ".join(said)
+
+
+def _new_constants(x: Node, y: Node) -> str:
+    """The positional constants, and the keyword constants both spell, that differ."""
+    cx = [repr(v) for _, v in _operands(x, keywords=False) if not isinstance(v, Value)]
+    cy = [repr(v) for _, v in _operands(y, keywords=False) if not isinstance(v, Value)]
+    keys = [k for k in x.kwargs if k in y.kwargs and not isinstance(x.kwargs[k], Value) and not isinstance(y.kwargs[k], Value)]
+    cx += [f"{k}={x.kwargs[k]!r}" for k in keys]
+    cy += [f"{k}={y.kwargs[k]!r}" for k in keys]
+    if cx == cy:
+        return ""
+    if len(cx) != len(cy):
+        return f"({', '.join(cx)}) → ({', '.join(cy)})"
+    return ", ".join(f"{a} → {b}" for a, b in zip(cx, cy) if a != b)
+
+
+def _region(kind: str, a: list[Node], b: list[Node], detail: str = "") -> Region:
     layers = Counter(n.meta.get("layer") for n in a or b if n.meta.get("layer") is not None)
     layer = min(layers, key=lambda k: (-layers[k], k)) if layers else None
     regions_ = Counter(str(n.meta.get("region") or "") for n in a or b)
     where = f"layer {layer}" if layer is not None else (regions_.most_common(1)[0][0] or "outside the layers")
-    return Region(kind, a, b, layer, where)
+    return Region(kind, a, b, layer, where, detail)
 
 
 # -- the comparison -------------------------------------------------------------------------------
@@ -473,6 +563,7 @@ class Change:
     kind: str
     before: tuple[str, ...]  #: A's op names
     after: tuple[str, ...]  #: B's op names
+    detail: str = ""  #: a new constant's text (``1e-05 → 1e-06``)
     regions: list[Region] = field(default_factory=list)
 
     @property
@@ -504,7 +595,7 @@ def diff_graphs(a: Graph, b: Graph, name_a: str = "A", name_b: str = "B") -> Gra
     """Compare two sliced graphs (``meta['layer']`` on their nodes, from ``slice-layers``)."""
     m = Matching(a, b).run()
     found = regions(m)
-    grouped: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Change] = {}
+    grouped: dict[tuple[str, tuple[str, ...], tuple[str, ...], str], Change] = {}
     for r in found:
         grouped.setdefault(r.signature, Change(*r.signature)).regions.append(r)
     changes = sorted(grouped.values(), key=lambda c: (-len(c.regions) * (len(c.before) + len(c.after)), c.kind, c.before, c.after))
@@ -548,9 +639,9 @@ def to_dict(d: GraphDiff) -> dict[str, Any]:
                 "matched_share": round(d.matched / max(d.nodes_a, d.nodes_b, 1), 4)},
         "inputs_added": d.inputs_added, "inputs_removed": d.inputs_removed,
         "changes": [{
-            "kind": c.kind, "before": list(c.before), "after": list(c.after),
+            "kind": c.kind, "before": list(c.before), "after": list(c.after), "detail": c.detail,
             "where": layer_span(c.layers, d.layers_a), "layers": c.layers, "outside_layers": c.outside,
-            "regions": [{"where": r.where, "a": nodes(r.a), "b": nodes(r.b)} for r in c.regions],
+            "regions": [{"where": r.where, "a": nodes(r.a), "b": nodes(r.b), "detail": r.detail} for r in c.regions],
         } for c in d.changes],
     }
 

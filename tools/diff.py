@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from layerc.ir.diagnostics import warn
 from layerc.tools.args import input_path, natural_int, output_path, positive_int, strategy_option
@@ -48,13 +49,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _job(path: str) -> list[str] | None:
-    """A directory's per-rank traces (None: not a directory of traces)."""
-    import os
-
+    """A directory's per-rank traces (None: not a directory, or one of another input: a dump
+    directory holds its ``_truth.json`` beside the dumps)."""
+    from layerc.grammar.input_kinds import input_kind
+    from layerc.ir.diagnostics import LayercError
     from layerc.tools.trace import TRACE_FILES
 
     if not os.path.isdir(path):
         return None
+    try:
+        input_kind(path)
+        return None
+    except LayercError:
+        pass
     inside = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(TRACE_FILES) and os.path.isfile(os.path.join(path, f)))
     return inside or None
 
@@ -67,8 +74,12 @@ def run(args: argparse.Namespace) -> int:
         return _jobs(args, jobs[0], jobs[1])
     if args.jobs is not None:
         args.usage_error("--jobs: for two directories of per-rank traces")
+    if args.json is not None and args.png is not None and os.path.abspath(args.json) == os.path.abspath(args.png):
+        args.usage_error(f"--json and --png name one file ({args.png}): each output needs its own")
     kinds = {input_kind(args.a), input_kind(args.b)}
     if kinds == {"graph"}:
+        if args.layer is not None and args.png is None:
+            args.usage_error("--layer chooses the layer --png draws: give --png too")
         if args.threshold is not None:
             args.usage_error("--threshold: for two traces, not two graph dumps")
         return _graphs(args)

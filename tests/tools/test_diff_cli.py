@@ -67,3 +67,40 @@ def test_options_of_the_other_kind_are_usage_errors(tmp_path, shared):
         rc, _, err = run_layerc("diff", *argv)
         assert rc == 2 and "Traceback" not in err, argv
     assert not (tmp_path / "d.png").exists()
+
+
+def test_two_dump_directories_are_dumps_whatever_else_they_hold(tmp_path):
+    """gen-dump writes a _truth.json beside each dump: two dump directories are still two graphs,
+    not two jobs of per-rank traces."""
+    before, after = _stages(tmp_path)
+    rc, out, err = run_layerc("diff", before.parent, after.parent, "--json", tmp_path / "d.json")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "d.json").read_text())["changes"] and "fused_swiglu_mlp" in out
+
+
+def test_two_outputs_on_one_path_and_a_layer_without_a_picture_are_usage_errors(tmp_path):
+    before, after = _stages(tmp_path)
+    for argv in (("--json", tmp_path / "o", "--png", tmp_path / "o"), ("--json", "-", "--png", "-"), ("--layer", "1")):
+        rc, out, err = run_layerc("diff", before, after, *argv)
+        assert rc == 2 and "Traceback" not in err, argv
+    assert not (tmp_path / "o").exists()
+
+
+def test_what_a_kept_op_reads_is_compared(tmp_path):
+    """An op that keeps its kind but reads another weight, another input or another constant is
+    a change (``rewired``, ``constants``), not 'no change'."""
+    from layerc.backends.synth.dump import write
+
+    dump = write("llama", tmp_path / "a", 3, seed=1)
+    text = dump.read_text()
+    cases = {"constants": text.replace(", 1e-05)", ", 1e-06)"),
+             "rewired": text.replace("%lm_head_weight", "%model_embed_tokens_weight")}
+    for kind, changed in cases.items():
+        b = tmp_path / kind / dump.name
+        b.parent.mkdir()
+        b.write_text(changed)
+        rc, out, err = run_layerc("diff", dump, b, "--json", tmp_path / f"{kind}.json")
+        assert rc == 0, err
+        found = json.loads((tmp_path / f"{kind}.json").read_text())["changes"]
+        assert [c["kind"] for c in found] == [kind] and "no change" not in out
+    assert found[0]["regions"][0]["detail"] == "argument 1: lm_head_weight → model_embed_tokens_weight"
