@@ -86,7 +86,7 @@ def side_by_side(d: GraphDiff, layer: int) -> pydot.Dot:
                     ranksep="0.3", label=f"layer {layer}: A (left) and B (right)", labelloc="t")
     dot.set_node_defaults(shape="box", style="rounded,filled", fontname=FONT, fontsize="10", fillcolor="white")
     for side, graph, title in (("a", d.matching.a, d.a), ("b", d.matching.b, d.b)):
-        cluster = pydot.Subgraph(f"cluster_side_{side}", label=f"{side.upper()}: {title}", fontname=FONT, style="dashed")
+        cluster = pydot.Subgraph(f"cluster_side_{side}", label=f"{side.upper()}: {_short_path(title)}", fontname=FONT, style="dashed")
         members = [n for n in graph.nodes if n.kind == OP and n.meta.get("layer") == layer]
         inside = set(members)
         for n in members:
@@ -103,6 +103,12 @@ def side_by_side(d: GraphDiff, layer: int) -> pydot.Dot:
                                     label=r.kind, fontsize="9", fontcolor="#c0392b"))
     dot.add_subgraph(_legend())
     return dot
+
+
+def _short_path(path: str) -> str:
+    """A dump's folder and name (``after/085_compile_compile_model.txt``): what tells two dumps apart."""
+    parts = path.replace("\\", "/").rstrip("/").split("/")
+    return "/".join(parts[-2:])
 
 
 def _legend() -> pydot.Subgraph:
