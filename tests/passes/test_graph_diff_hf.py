@@ -37,8 +37,8 @@ def _export(arch, layers, tmp_path):
     return out
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "gemma2", "falcon", "mamba2", "phi3",
-                                  "gpt_neox", "olmoe", "qwen3_next", "nemotron_h"])
+# (checked on 12 while this was built: falcon, phi3, gpt_neox, olmoe, mixtral and nemotron_h too)
+@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3", "gemma2", "mamba2", "qwen3_next"])
 def test_one_model_printed_two_ways_is_the_same(arch, tmp_path):
     if arch not in export_hf.model_types():
         pytest.skip(f"the installed transformers has no '{arch}'")
@@ -54,7 +54,7 @@ def test_llama_and_qwen3_differ_by_the_query_and_key_norms(tmp_path):
     assert "rsqrt" in d.changes[0].after and d.matched == d.nodes_a
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "gemma2", "deepseek_v3", "mamba2", "phi3", "gpt_neox"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "gemma2", "mamba2", "gpt_neox"])
 def test_one_more_layer_is_that_layer_added(arch, tmp_path):
     if arch not in export_hf.model_types():
         pytest.skip(f"the installed transformers has no '{arch}'")
