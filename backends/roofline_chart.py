@@ -32,6 +32,15 @@ def _groups(a: Any) -> list[dict[str, Any]]:
     return sorted(out, key=lambda g: -g["time_ns"])
 
 
+def peaks(a: Any) -> Any:
+    """The first GPU's peaks that the roofline knows (its preset, as ``measure-roofline`` found it
+    from the device's name: a ROCm kernel's device id need not be one the trace describes)."""
+    from layerc.passes.hardware import load_hardware
+
+    key = next((p for p in a.roofline.devices.values() if p), None)
+    return load_hardware(key) if key else None
+
+
 def write_roofline_png(module: Any, path: str | os.PathLike[str], stage: str = "all") -> None:
     """The roofline chart of a trace module after ``measure-roofline`` (PNG; SVG where ``path``
     ends in ``.svg``)."""
@@ -43,14 +52,11 @@ def write_roofline_png(module: Any, path: str | os.PathLike[str], stage: str = "
 
     from layerc.backends.outputs import atomic_path
     from layerc.backends.trace_report import Analysis
-    from layerc.passes.hardware import device_preset
-
     a = Analysis.of(module, stage)
     if a.roofline is None or not (a.keep & a.roofline.known()).any():
         raise LayercError("no kernel's cost is known (the roofline needs Kineto's Input Dims and Input type: "
                           "profile with record_shapes=True)", a.trace.source)
-    presets = [p for p in a.roofline.devices.values() if p]
-    hw = device_preset(a.trace.devices.get(next(d for d, p in a.roofline.devices.items() if p), "")) if presets else None
+    hw = peaks(a)
     groups = _groups(a)
     total = sum(g["time_ns"] for g in groups)
     computing = [g for g in groups if g["flops"] > 0 and g["bytes"] > 0][:POINTS]
@@ -84,7 +90,8 @@ def write_roofline_png(module: Any, path: str | os.PathLike[str], stage: str = "
     for handle in legend.legend_handles:  # one marker size in the legend; the chart's areas say the time
         if isinstance(handle, PathCollection):
             handle.set_sizes([40])
-    device = a.trace.devices.get(next(iter(a.roofline.devices), -1)) or "unknown GPU"
+    names = set(a.trace.devices.values())
+    device = hw.name if hw else (names.pop() if len(names) == 1 else "unknown GPU")
     ax.set_title(f"{os.path.basename(a.trace.source or '')}: {device}" + ("" if hw else " (no peaks known)"), fontsize=10)
     data = sum(g["bytes"] for g in moving)
     data_time = sum(g["time_ns"] for g in moving)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from tests.conftest import SHARED
 from tests.layerc_cli import run_layerc
 
@@ -26,3 +28,17 @@ def test_a_trace_without_shapes_is_an_error_that_writes_nothing(tmp_path):
     rc, _, err = run_layerc("trace", trace, "--roofline", tmp_path / "r.png", "--json", tmp_path / "r.json")
     assert rc == 1 and "record_shapes" in err and "Traceback" not in err
     assert not (tmp_path / "r.png").exists() and not (tmp_path / "r.json").exists()
+
+
+def test_the_roofs_of_a_rocm_trace_whose_kernels_name_other_device_ids(shared):
+    """SGLang on an MI300X: ROCm numbers the kernels' devices apart from the described device, and
+    the chart's roofs are still the MI300X's."""
+    from layerc.backends.roofline_chart import peaks
+    from layerc.backends.trace_report import Analysis
+    from layerc.tools.trace import analyze
+
+    module = analyze(argparse.Namespace(trace=SHARED / "data" / "traces" / "torch" / "sglang_qwen3-8b_extend_mi300x.json.gz",
+                                        kernel_tables=None, strategy="auto", split_half_layers=False, timing=False, stage="all"),
+                     quiet=True)
+    hw = peaks(Analysis.of(module))
+    assert hw is not None and hw.key == "mi300x"
