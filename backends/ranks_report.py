@@ -98,6 +98,9 @@ def write_png(c: dict[str, Any], path: str | os.PathLike) -> None:
     if image is not None:
         fig.colorbar(image, ax=list(axes[:-1, 0]), label="% vs median", fraction=0.025, pad=0.01)
     ax = axes[-1, 0]
+    if not stages:
+        ax.set_title("no layers found in these traces (each rank's warning says why): only their communication", fontsize=9,
+                     loc="left")
     comm = [r["communication_pct"] or 0 for r in c["ranks"]]
     wait = [r["wait_ns"] / r["time_ns"] * 100 if r["time_ns"] else 0 for r in c["ranks"]]
     ax.bar(range(len(ranks)), comm, color="#aab7c4", label="communication, % of kernel time")
