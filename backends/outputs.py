@@ -312,14 +312,12 @@ def check_paths(inputs_: Iterable[str], outputs: Iterable[str]) -> None:
         st = _stat(p)
         if st is not None and not stat.S_ISDIR(st.st_mode):
             seen[(st.st_dev, st.st_ino)] = p
-    written: dict[tuple[int, int], str] = {}
+    written: dict[Any, str] = {}  # an existing file by (device, inode), a new one (or stdout) by its path
     for p in outputs:
-        if p == "-":
-            continue
-        st = _stat(p)
-        if st is None or not stat.S_ISREG(st.st_mode):
-            continue
-        key = (st.st_dev, st.st_ino)
+        st = _stat(p) if p != "-" else None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            continue  # a device or a FIFO: writes to it stay writes to it
+        key: Any = (st.st_dev, st.st_ino) if st is not None else ("-" if p == "-" else os.path.abspath(p))
         if key in seen:
             how = "" if os.path.abspath(p) == os.path.abspath(seen[key]) else f" ({p} and {seen[key]} are one file)"
             raise LayercError(f"refusing to write {p}: it is an input of this command{how}", p)

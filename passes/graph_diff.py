@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from layerc.ir.builder import sanitize
 from layerc.ir.graph import OP, PLACEHOLDER, Graph, Node, Value, Weight
@@ -73,10 +73,6 @@ def _signature(leaves: list[tuple[int, Any]]) -> tuple[tuple[int, ...], str]:
         else:
             constants.append(repr(leaf))
     return tuple(values), "|".join(constants)
-
-
-def _value_operands(node: Node) -> list[tuple[int, Value]]:
-    return [(p, leaf) for p, leaf in _operands(node) if isinstance(leaf, Value) and not isinstance(leaf, Weight)]
 
 
 class Matching:
@@ -186,7 +182,7 @@ class Matching:
         """The inputs at the same place of two matched ops of one kind, when they compute the same
         (in the same layer; in the second round, also the next: a cast on a layer's boundary goes
         to either)."""
-        ix, iy = _value_operands(x), _value_operands(y)
+        ix, iy = ([(p, v) for p, v in self._leaves(n) if isinstance(v, Value) and not isinstance(v, Weight)] for n in (x, y))
         if [p for p, _ in ix] != [p for p, _ in iy]:
             return
         for (_, u), (_, v) in zip(ix, iy):
@@ -297,18 +293,20 @@ def _unique_weight_readers(graph: Graph) -> dict[frozenset[str], Node]:
     return {k: v[0] for k, v in readers.items() if len(v) == 1}
 
 
+def _sole_readers(ops: Iterable[Node]) -> dict[str, Node]:
+    """Each weight that one of ``ops`` alone reads → that op."""
+    readers: dict[str, list[Node]] = defaultdict(list)
+    for n in ops:
+        for k in _weights(n):
+            readers[k].append(n)
+    return {k: v[0] for k, v in readers.items() if len(v) == 1}
+
+
 def _weight_partners(a: Graph, b: Graph) -> list[tuple[Node, Node]]:
     """Ops that kept some of their weights but not all (a linear that was quantized and reads its
     scales too, a down projection fused with the gate and up ones): x of A and y of B where every
     weight that only x reads in A and only one op reads in B is read by y, and the other way round."""
-    only = []
-    for graph in (a, b):
-        readers: dict[str, list[Node]] = defaultdict(list)
-        for n in graph.nodes:
-            if n.kind == OP:
-                for k in _weights(n):
-                    readers[k].append(n)
-        only.append({k: v[0] for k, v in readers.items() if len(v) == 1})
+    only = [_sole_readers(n for n in g.nodes if n.kind == OP) for g in (a, b)]
     partners: dict[Node, set[Node]] = defaultdict(set)
     for k, x in only[0].items():
         y = only[1].get(k)
@@ -423,16 +421,8 @@ def regions(m: Matching) -> list[Region]:
 
 def _weight_links(items: list[Item]) -> list[tuple[Item, Item]]:
     """An unmatched op of A and one of B that alone (on their sides) read one weight."""
-    by_weight: dict[str, list[Item]] = defaultdict(list)
-    for side, n in items:
-        for w in dict.fromkeys(n.inputs):
-            if isinstance(w, Weight):
-                by_weight[weight_key(w)].append((side, n))
-    links = []
-    for readers in by_weight.values():
-        if len(readers) == 2 and readers[0][0] != readers[1][0]:
-            links.append((readers[0], readers[1]))
-    return links
+    only = [_sole_readers(n for s, n in items if s == side) for side in ("a", "b")]
+    return [(("a", x), ("b", only[1][k])) for k, x in only[0].items() if k in only[1]]
 
 
 def _join_between_matches(m: Matching, items: list[Item], free: set[Item], sets: _Sets) -> None:

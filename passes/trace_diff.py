@@ -323,21 +323,15 @@ def diff_jobs(a: list[tuple[int, Run]], b: list[tuple[int, Run]], ranks_a: dict[
     stragglers of each run (``compare_ranks``'s ``ranks_a`` and ``ranks_b``), with those B has
     and A had not (``new``) and the reverse (``gone``)."""
     per_rank = {r: diff_runs(ra, rb, threshold) for (r, ra), (_, rb) in zip(a, b)}
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    found: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     for r, d in per_rank.items():
         for c in d["changes"]:
-            key = (c["what"], c["stage"], tuple(c["where"]), tuple(c["kernels_a"]), tuple(c["kernels_b"]))
-            m = merged.setdefault(key, {**c, "ranks": [], "_deltas": [], "_a": [], "_b": []})
-            m["ranks"].append(r)
-            m["_deltas"].append(c["delta_ns"])
-            m["_a"].append(c["a_ns"])
-            m["_b"].append(c["b_ns"])
+            found[(c["what"], c["stage"], tuple(c["where"]), tuple(c["kernels_a"]), tuple(c["kernels_b"]))].append((r, c))
     changes = []
-    for m in merged.values():
-        a_ns, b_ns = float(np.median(m.pop("_a"))), float(np.median(m.pop("_b")))
-        m.pop("_deltas")
-        m.update(a_ns=round(a_ns), b_ns=round(b_ns), delta_ns=round(b_ns - a_ns), delta_pct=_pct(b_ns - a_ns, a_ns))
-        changes.append(m)
+    for same in found.values():
+        a_ns, b_ns = (float(np.median([c[k] for _, c in same])) for k in ("a_ns", "b_ns"))
+        changes.append({**same[0][1], "ranks": [r for r, _ in same], "a_ns": round(a_ns), "b_ns": round(b_ns),
+                        "delta_ns": round(b_ns - a_ns), "delta_pct": _pct(b_ns - a_ns, a_ns)})
     changes.sort(key=lambda c: -abs(c["delta_ns"]) * len(c["ranks"]))
     stragglers = {side: {(x["stage"], x["stack"], x["layer"]): x["straggler"] for x in c["layers"] if x["straggler"] is not None}
                   for side, c in (("a", ranks_a), ("b", ranks_b))}

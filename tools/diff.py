@@ -48,43 +48,39 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.set_defaults(usage_error=p.error)
 
 
-def _job(path: str) -> list[str] | None:
-    """A directory's per-rank traces (None: not a directory, or one of another input: a dump
-    directory holds its ``_truth.json`` beside the dumps)."""
+def _kind(path: str) -> str:
+    """What ``path`` is: ``input_kind``'s answer, or ``job`` for a directory of per-rank traces
+    (a dump directory is a graph, whatever else it holds: its ``_truth.json`` beside the dumps)."""
     from layerc.grammar.input_kinds import input_kind
     from layerc.ir.diagnostics import LayercError
-    from layerc.tools.trace import TRACE_FILES
+    from layerc.tools.trace import trace_files
 
-    if not os.path.isdir(path):
-        return None
     try:
-        input_kind(path)
-        return None
+        return input_kind(path)
     except LayercError:
-        pass
-    inside = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(TRACE_FILES) and os.path.isfile(os.path.join(path, f)))
-    return inside or None
+        if os.path.isdir(path) and trace_files(path):
+            return "job"
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
-    from layerc.grammar.input_kinds import input_kind
+    ka, kb = _kind(args.a), _kind(args.b)
+    if ka == kb == "job":
+        from layerc.tools.trace import trace_files
 
-    jobs = [_job(args.a), _job(args.b)]
-    if jobs[0] and jobs[1]:
-        return _jobs(args, jobs[0], jobs[1])
+        return _jobs(args, trace_files(args.a), trace_files(args.b))
     if args.jobs is not None:
         args.usage_error("--jobs: for two directories of per-rank traces")
-    if args.json is not None and args.png is not None and os.path.abspath(args.json) == os.path.abspath(args.png):
-        args.usage_error(f"--json and --png name one file ({args.png}): each output needs its own")
-    kinds = {input_kind(args.a), input_kind(args.b)}
-    if kinds == {"graph"}:
+    if ka == kb == "graph":
         if args.layer is not None and args.png is None:
             args.usage_error("--layer chooses the layer --png draws: give --png too")
         if args.threshold is not None:
             args.usage_error("--threshold: for two traces, not two graph dumps")
         return _graphs(args)
-    if kinds != {"trace"}:
-        args.usage_error(f"A and B must be two traces or two graph dumps, not a {input_kind(args.a)} and a {input_kind(args.b)}")
+    if not ka == kb == "trace":
+        said = {"job": "directory of per-rank traces"}
+        args.usage_error(f"A and B must be two traces, two graph dumps or two directories of per-rank traces, "
+                         f"not a {said.get(ka, ka)} and a {said.get(kb, kb)}")
     given = [flag for flag, value in (("--section", args.section), ("--layer", args.layer)) if value is not None]
     if given:
         args.usage_error(f"{', '.join(given)}: for two graph dumps, not two traces")

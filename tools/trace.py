@@ -119,6 +119,14 @@ def config_layers(path: str) -> int:
 TRACE_FILES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 
 
+def trace_files(directory: str) -> list[str]:
+    """A directory's trace files (``TRACE_FILES``), sorted."""
+    import os
+
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(TRACE_FILES)
+                  and os.path.isfile(os.path.join(directory, f)))
+
+
 def traces_of(args: argparse.Namespace) -> list[str]:
     """The traces the command line names: files as given, a directory's trace files (sorted)."""
     import os
@@ -128,8 +136,7 @@ def traces_of(args: argparse.Namespace) -> list[str]:
     found: list[str] = []
     for path in (args.trace, *args.more):
         if os.path.isdir(path):
-            inside = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(TRACE_FILES)
-                            and os.path.isfile(os.path.join(path, f)))
+            inside = trace_files(path)
             if not inside:
                 raise LayercError(f"no trace in {path} (files ending in {', '.join(TRACE_FILES)})", path)
             found += inside

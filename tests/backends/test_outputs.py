@@ -397,3 +397,13 @@ def test_sigterm_inside_c_code_is_reported_as_terminated(monkeypatch, capsys):
         signal.signal(signal.SIGTERM, previous)
     err = capsys.readouterr().err
     assert "terminated" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("same", ["new.json", "-"])
+def test_two_outputs_on_one_new_path_or_both_on_stdout_are_refused(samples, tmp_path, same):
+    """Not only a file that exists: two outputs naming one new file, or both stdout, would write
+    one over (or into) the other."""
+    out = same if same == "-" else str(tmp_path / same)
+    r = layerc("trace", samples["trace"], "--json", out, "--csv", out)
+    assert r.returncode == 1 and "two outputs name the same file" in r.stderr.decode()
+    assert not (tmp_path / "new.json").exists()

@@ -78,11 +78,13 @@ def test_two_dump_directories_are_dumps_whatever_else_they_hold(tmp_path):
     assert json.loads((tmp_path / "d.json").read_text())["changes"] and "fused_swiglu_mlp" in out
 
 
-def test_two_outputs_on_one_path_and_a_layer_without_a_picture_are_usage_errors(tmp_path):
+def test_two_outputs_on_one_path_are_refused_and_a_layer_without_a_picture_is_a_usage_error(tmp_path):
     before, after = _stages(tmp_path)
-    for argv in (("--json", tmp_path / "o", "--png", tmp_path / "o"), ("--json", "-", "--png", "-"), ("--layer", "1")):
+    for argv in (("--json", tmp_path / "o", "--png", tmp_path / "o"), ("--json", "-", "--png", "-")):
         rc, out, err = run_layerc("diff", before, after, *argv)
-        assert rc == 2 and "Traceback" not in err, argv
+        assert rc == 1 and "two outputs name the same file" in err and "Traceback" not in err, argv
+    rc, out, err = run_layerc("diff", before, after, "--layer", "1")
+    assert rc == 2 and "Traceback" not in err
     assert not (tmp_path / "o").exists()
 
 
