@@ -24,6 +24,9 @@ import itertools
 import math
 import re
 from collections import Counter, defaultdict
+from itertools import compress, repeat
+from functools import partial
+from operator import is_
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Union
 
@@ -58,7 +61,7 @@ _F = msgspec.field
 _Num = Union[int, float, str, None]
 
 
-class _Args(msgspec.Struct, gc=False):
+class _Args(msgspec.Struct, gc=False, frozen=True):
     external_id: _Num = _F(default=-1, name="External id")
     correlation: _Num = -1
     device: _Num = -1
@@ -74,7 +77,7 @@ class _Args(msgspec.Struct, gc=False):
     sequence: _Num = _F(default=-1, name="Sequence number")
 
 
-_NO_ARGS = _Args()
+_NO_ARGS = _Args()  # frozen: one shared default, never written
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -85,7 +88,7 @@ class _Event(msgspec.Struct, gc=False):
     tid: _Num = -1
     ts: Union[float, int, None] = None
     dur: Union[float, int, None] = 0.0
-    args: Union[_Args, None] = None
+    args: Union[_Args, None] = _NO_ARGS  # None only where the JSON says null
 
 
 _events = msgspec.json.Decoder(list[_Event])
@@ -94,8 +97,11 @@ CHUNK = 1 << 18
 #: Text without a boundary between two events after which the JSON is taken as broken (an
 #: event is at most kilobytes; a kernel name of megabytes already is not a profiler's).
 MAX_EVENT = 64 << 20
-_START = re.compile(rb'"traceEvents"\s*:\s*\[')
-_SPLIT = re.compile(rb"\}\s*,\s*\{")
+#: JSON's whitespace: space, tab, CR, LF (a regex's \s also takes a vertical tab and a form feed,
+#: which a cut between two events must not let through)
+_JSON_WS = rb"[ \t\r\n]*"
+_START = re.compile(rb'"traceEvents"' + _JSON_WS + rb":" + _JSON_WS + rb"\[")
+_SPLIT = re.compile(rb"\}" + _JSON_WS + rb"," + _JSON_WS + rb"\{")
 _RUNTIME_CATS = {"cuda_runtime": LAUNCH_RUNTIME, "cuda_driver": LAUNCH_DRIVER, "runtime": LAUNCH_RUNTIME}
 _CPU_CATS = {"cpu_op", "operator"}
 _FLOW_CATS = {"ac2g", "async_cpu_to_gpu", "async_gpu", "async", "fwdbwd", "forward_backward", "fwd_bwd"}
@@ -183,7 +189,7 @@ _document = msgspec.json.Decoder(_Document)
 _raw = msgspec.json.Decoder(msgspec.Raw)
 _BYTE_OFFSET = re.compile(r" \(byte (\d+)\)")  # where msgspec says a decode failed
 _EVENT_INDEX = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]((?:\.[^`.\[]+|\[\d+\])*)`")
-_WS = re.compile(rb"[ \t\r\n]*")
+_WS = re.compile(_JSON_WS)
 _BRACKETS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
@@ -569,7 +575,7 @@ def _field_offset(text: bytes, at: int, index: int, keys: list[str], outer: int)
             end = None
     end = len(text) if end is None else end
     for key in keys:
-        m = re.compile(rb'"%s"\s*:\s*' % re.escape(key.encode())).search(text, at, end)
+        m = re.compile(rb'"%s"' % re.escape(key.encode()) + _JSON_WS + rb":" + _JSON_WS).search(text, at, end)
         if m is None:
             break
         at = m.end()
@@ -738,8 +744,8 @@ class _Rows:
         by_cat: defaultdict[str, list[int]] = defaultdict(list)  # complete events by category
         flow_cats, flows = _FLOW_CATS, 0
         aliases = _CAT_ALIASES
-        for i, e in enumerate(events):
-            if e.ph == "X":
+        for i, e in enumerate(events):  # (a loop over attributes beats maps of attrgetters: Python
+            if e.ph == "X":  # specializes a struct field's load, not a getattr from C)
                 by_cat[aliases.get(e.cat, e.cat)].append(i)
             elif e.cat in flow_cats:
                 flows += 1
@@ -769,7 +775,12 @@ class _Rows:
         cols["tid"] += [e.tid for e in evs]
         if cat in _KIND_OF:
             cols["kind"] += [_KIND_OF[cat]] * len(evs)
-        args = [e.args or _NO_ARGS for e in evs] if table not in ("modules", "annotations") else []
+        if table in ("modules", "annotations"):
+            args = []
+        else:
+            args = [e.args for e in evs]
+            if None in args:  # "args": null
+                args = [a or _NO_ARGS for a in args]
         if table in ("kernels", "launches", "memops"):
             cols["correlation"] += [a.correlation for a in args]
         if table in ("kernels", "memops"):
@@ -783,9 +794,9 @@ class _Rows:
             cols["registers"] += [a.registers for a in args]
             cols["shared"] += [a.shared for a in args]
         elif table == "cpu_ops":
-            cols["input_dims"] += [str(a.input_dims, "utf-8", "replace") for a in args]
-            cols["input_types"] += [str(a.input_types, "utf-8", "replace") for a in args]
-            cols["concrete_inputs"] += [str(a.concrete_inputs, "utf-8", "replace") for a in args]
+            cols["input_dims"] += [a.input_dims for a in args]
+            cols["input_types"] += [a.input_types for a in args]
+            cols["concrete_inputs"] += [a.concrete_inputs for a in args]
             cols["sequence"] += [a.sequence for a in args]
         elif table == "memops":
             cols["bytes"] += [a.bytes for a in args]
@@ -811,15 +822,20 @@ class _Rows:
             cols["shared_static"] = _ints(raw.pop("shared"))
         for key in ("input_dims", "input_types", "concrete_inputs"):  # raw JSON text, interned; -1 where absent
             if key in raw:
-                texts = raw.pop(key)
+                texts = list(map(str, raw.pop(key), repeat("utf-8"), repeat("replace")))
                 cols[key] = np.where(np.fromiter(map(bool, texts), bool, len(texts)), self._ids(texts), -1).astype(np.int32)
         cols.update((name, _ints(values)) for name, values in raw.items())
         self.parts[table].append(cols)
 
     def _ids(self, texts: list[str]) -> np.ndarray:
-        """Interned ids of many strings (the common case, a known string, without a call)."""
-        ids, intern = self.strings.ids, self.strings.intern
-        return np.fromiter([ids[t] if t in ids else intern(t) for t in texts], np.int32, len(texts))
+        """Interned ids of many strings (known strings, the common case, looked up in C)."""
+        known = self.strings.ids
+        ids = list(map(known.get, texts))
+        if None in ids:  # new strings: each interned once, then all looked up again
+            for text in dict.fromkeys(compress(texts, map(_is_none, ids))):
+                self.strings.intern(text)
+            ids = list(map(known.__getitem__, texts))
+        return np.fromiter(ids, np.int32, len(ids))
 
     def build(self, source: str) -> Trace:
         for table in list(self.staged):
@@ -833,6 +849,9 @@ class _Rows:
                 short_of[i] = self.strings.intern(short_name(self.strings.values[i]))
             k.short = short_of[k.name]
         return Trace(source=source, format="kineto", strings=self.strings, **tables)
+
+
+_is_none = partial(is_, None)
 
 
 _TABLES = {"kernels": Kernels, "launches": Launches, "cpu_ops": CpuOps, "annotations": Annotations, "memops": MemOps, "modules": Modules}

@@ -8,6 +8,7 @@ Exit status: 0 on success, 1 on an error in the input or a failed pass (printed 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 import sys
@@ -207,5 +208,39 @@ def _quiet_stdout() -> None:
         pass
 
 
+def entry() -> None:
+    """The ``layerc`` command (and ``python -m layerc.tools.driver``): :func:`main`, then the
+    process ends without the interpreter's teardown. Freeing every module and object one at a
+    time at exit took a small run about 25 ms, a sixth of its time, for memory the operating
+    system takes back at once. What an exit must do still happens: the standard streams are
+    flushed (a failed flush is an error, a closed pipe is not) and the exit handlers run (staged
+    outputs are removed). Where another thread still runs, the process exits as usual."""
+    try:
+        code = main()
+    except SystemExit as e:  # argparse's --help and usage errors
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            sys.stderr.write(f"{e.code}\n")
+            code = 1
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+    except (OSError, ValueError) as e:  # a full disk behind a redirection: the output is incomplete
+        sys.stderr.write(f"layerc: error: writing the standard output: {e}\n")
+        code = code or 1
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # (CPython's; elsewhere: the usual exit)
+    threading = sys.modules.get("threading")
+    if run_exit_handlers is None or (threading is not None and threading.active_count() > 1):
+        sys.exit(code)
+    run_exit_handlers()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

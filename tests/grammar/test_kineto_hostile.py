@@ -348,6 +348,19 @@ def test_one_bad_byte_costs_one_pass(tmp_path, decoded, where):
         assert decoded[0] <= 3 * at + 2 * kineto.CHUNK, (decoded[0], at)
 
 
+@pytest.mark.parametrize("space", [b"\x0b", b"\x0c", b"\xc2\xa0"], ids=["vertical tab", "form feed", "no-break space"])
+@pytest.mark.parametrize("chunk", [300, 1 << 16, kineto.CHUNK])
+def test_whitespace_json_does_not_allow_between_events_is_an_error(tmp_path, space, chunk):
+    """A character a regex takes for whitespace but JSON does not, between two events: the same
+    error at its place however the text is cut into pieces (a cut once let it through)."""
+    doc = _big_trace(3000)
+    at = doc.index(b"}, {", len(doc) // 3) + 2
+    (tmp_path / "t.json").write_bytes(doc[:at] + space + doc[at:])
+    with pytest.raises(ParseError) as e:
+        read_kineto(tmp_path / "t.json", chunk=chunk)
+    assert e.value.loc == (1, at + 1) and "invalid character" in e.value.message, e.value.format()
+
+
 @pytest.mark.parametrize("shape", ["a list of 400,000 objects", "a list of 1,000,000 numbers", "a 6 MB name", "6 MB of whitespace"])
 def test_a_long_event_is_decoded_a_few_times(tmp_path, decoded, shape):
     """A stretch with no event end in it is not tried again until twice as much has arrived."""
