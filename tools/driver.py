@@ -179,6 +179,10 @@ def _run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namesp
         if _terminating:  # SIGTERM inside C code (an extension's import) comes out as that code's error
             sys.stderr.write("layerc: terminated\n")
             return 143
+        if isinstance(e, OSError) and e.errno is not None:  # the system's refusal (a full disk), not a bug
+            where = f"{e.filename}: " if e.filename else ""
+            sys.stderr.write(f"layerc: error: {where}{e.strerror or e}\n")
+            return 1
         if os.environ.get("LAYERC_TRACEBACK"):
             raise
         sys.stderr.write(f"layerc: internal error: {type(e).__name__}: {e} (set LAYERC_TRACEBACK=1 for details)\n")
