@@ -450,13 +450,19 @@ class _Pieces:
         where the last ends and where the next begins; None when none is whole. A broken one
         is an error at its place."""
         buf, p, last, error = self.buf, self.pos, None, None
+        comma = self.done > 0  # ``pos`` follows a comma: every cut but the array's end is made past one
         with memoryview(buf) as view:
             while True:
                 p = _ws_end(buf, p)
                 if p == len(buf):
                     break
-                if buf[p] == 0x5D:  # ']': the array ends (a comma before it is the last decode's to report)
-                    self.closed = True
+                if buf[p] == 0x5D:  # ']': the array ends
+                    if comma and p == _ws_end(buf, self.pos):  # the comma is before ``pos``: no decode here sees it
+                        raise self._error(_TRAILING_COMMA, p)
+                    if not comma:
+                        self.closed = True
+                        break
+                    error = _Malformed(_TRAILING_COMMA, p)
                     break
                 try:
                     q = _value_end(view, p, self.outer)
@@ -466,7 +472,7 @@ class _Pieces:
                     if q is None:
                         break
                     if buf[q] == 0x2C:  # ','
-                        last = q, q + 1
+                        last, comma = (q, q + 1), True
                     elif buf[q] == 0x5D:  # ']'
                         last, self.closed = (q, q), True
                         break
@@ -517,6 +523,10 @@ class _Pieces:
         """The rest of the array decoded behind the document's head, as one document; where
         the text stops at a byte that is not UTF-8, that byte is the error unless one comes
         before it."""
+        if self.done and not self.closed:  # ``pos`` follows a comma, which no decode below sees
+            p = _ws_end(self.buf, self.pos)
+            if self.buf[p : p + 1] == b"]":
+                raise self._error(_TRAILING_COMMA, p)
         text = b"".join((self.head, memoryview(self.buf)[self.pos :]))
         self.buf = bytearray()
         try:
@@ -535,6 +545,9 @@ class _Pieces:
             raise stream.error(self.path)
         if self.bare:
             return doc
+        if text.find(b'"traceEvents"', len(self.head)) >= 0 and (second := _second_events_key(text, len(self.head), self.outer)) is not None:
+            raise _located_error("a second 'traceEvents' key: which of two equal keys counts, JSON leaves undefined, "
+                                 "and the events of both are not one trace", self.path, self.at + second - len(self.head))
         meta.update(_document_keys(doc))
         return doc.traceEvents
 
@@ -580,6 +593,36 @@ def _field_offset(text: bytes, at: int, index: int, keys: list[str], outer: int)
             break
         at = m.end()
     return at
+
+
+_TRAILING_COMMA = "invalid JSON: JSON is malformed: trailing comma in array"  # (msgspec's words)
+
+
+def _second_events_key(text: bytes, at: int, outer: int) -> int | None:
+    """Where a second ``traceEvents`` key of the document is, in a text whose events begin at
+    ``at`` and that decodes as a whole (msgspec keeps the last of equal keys, a stream has read
+    the first array's events already): the events walked to the array's end, then the keys
+    after it decoded; None where there is none."""
+    with memoryview(text) as view:
+        try:
+            while text[(p := _ws_end(text, at))] != 0x5D:  # the array's end
+                q = _value_end(view, p, outer)
+                if q is None:
+                    return None
+                at = q + 1 if text[q] == 0x2C else q
+        except _Malformed:
+            return None
+    rest = _ws_end(text, p + 1)
+    if text[rest : rest + 1] != b",":
+        return None
+    try:
+        keys = msgspec.json.decode(b"{" + text[rest + 1 :], type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if "traceEvents" not in keys:
+        return None
+    m = re.compile(rb'"traceEvents"' + _JSON_WS + rb":").search(text, rest)
+    return m.start() if m else rest
 
 
 def _piece(at: int, chunk: int) -> int:

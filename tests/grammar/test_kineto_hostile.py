@@ -348,6 +348,48 @@ def test_one_bad_byte_costs_one_pass(tmp_path, decoded, where):
         assert decoded[0] <= 3 * at + 2 * kineto.CHUNK, (decoded[0], at)
 
 
+def _event(i: int, name: bytes | None = None) -> bytes:
+    return b'{"ph": "X", "cat": "kernel", "name": "%s", "ts": %d, "dur": 1}' % (name or b"k%d" % i, i)
+
+
+def _same_answer(path: Path) -> LayercError:
+    """The error every piece size gives for ``path`` (the same text, at the same place)."""
+    answers = []
+    for chunk in (300, 1000, 4096, 1 << 16, kineto.CHUNK):
+        with pytest.raises(LayercError) as e:
+            read_kineto(path, chunk=chunk)
+        answers.append(e.value)
+    assert len({a.format() for a in answers}) == 1, [a.format() for a in answers]
+    return answers[0]
+
+
+@pytest.mark.parametrize("before", [b"k" * 300, b"k" * 65_436, b"k"])
+@pytest.mark.parametrize("events", [1, 6, 3000])
+def test_a_trailing_comma_is_an_error_wherever_the_text_is_cut(tmp_path, before, events):
+    """``[..., {event}, ]``: JSON has no trailing comma, and no cut may hide it (a cut made after
+    the comma once left the last decode an empty array to accept, for the default piece size
+    too, after a long last event)."""
+    doc = b'{"traceEvents": [' + b", ".join([_event(i) for i in range(events - 1)] + [_event(events, before)]) + b", ]}"
+    (tmp_path / "t.json").write_bytes(doc)
+    e = _same_answer(tmp_path / "t.json")
+    assert "trailing comma in array" in e.message and e.loc == (1, doc.rindex(b"]}") + 1), e.format()
+
+
+@pytest.mark.parametrize("first", [1, 40, 1700])
+@pytest.mark.parametrize("second", [b"[]", b"[" + b'{"ph": "X", "cat": "kernel", "name": "x", "ts": 99, "dur": 1}' + b"]"])
+def test_a_second_events_array_is_an_error(tmp_path, first, second):
+    """Two ``traceEvents`` keys: JSON leaves which counts undefined, and a stream has read the
+    first array's events before it meets the second (the events read depended on the piece
+    size: 40, 33 or 1 of them). It is an error at the second key, whatever the piece size."""
+    doc = b'{"traceEvents": [' + b", ".join(_event(i) for i in range(first)) + b'], "traceName": "x", "traceEvents": ' + second + b"}"
+    (tmp_path / "t.json").write_bytes(doc)
+    e = _same_answer(tmp_path / "t.json")
+    assert "a second 'traceEvents' key" in e.message and e.loc == (1, doc.rindex(b'"traceEvents"') + 1), e.format()
+    one = b'{"traceEvents": [' + b", ".join(_event(i) for i in range(first)) + b'], "traceName": "traceEvents"}'
+    (tmp_path / "one.json").write_bytes(one)  # the word in a value is no second key
+    assert read_kineto(tmp_path / "one.json", chunk=300).meta["events"] == first == read_kineto(tmp_path / "one.json").meta["events"]
+
+
 @pytest.mark.parametrize("space", [b"\x0b", b"\x0c", b"\xc2\xa0"], ids=["vertical tab", "form feed", "no-break space"])
 @pytest.mark.parametrize("chunk", [300, 1 << 16, kineto.CHUNK])
 def test_whitespace_json_does_not_allow_between_events_is_an_error(tmp_path, space, chunk):
