@@ -210,7 +210,15 @@ def _event_chunks(path: Path, chunk: int, meta: dict) -> Iterator[list[_Event]]:
     if not bare:
         _check_head(head, path)
     pieces = _Pieces(path, head, rest, chunk, bare)
-    for block in itertools.chain((b"",), stream):  # what came with the head is cut first
+    blocks = itertools.chain((b"",), stream)  # what came with the head is cut first
+    while True:
+        try:
+            block = next(blocks)
+        except StopIteration:
+            break
+        except ParseError:  # the compressed stream is broken: an error in the text before it comes first
+            pieces.check_received()
+            raise
         yield from pieces.add(block)
     yield pieces.finish(meta, stream)
 
@@ -506,6 +514,13 @@ class _Pieces:
             if e.offset is not None and not isinstance(error, _TooDeep):
                 raise self._error(e.message, self.pos + e.offset - 1) from None
         raise self._error(error.message, error.offset)
+
+    def check_received(self) -> None:
+        """The first error in the text received so far (a broken event, a wrong field), raised:
+        where the stream breaks after it, the file's first error is this one, whether pieces
+        were cut as the text came or it was held to be cut later."""
+        if not self.closed and (found := self._walk(1 << 62)) is not None:
+            self._events_to(found[0])
 
     def _hold(self) -> None:
         """No event ends in the text held: wait for twice as much, up to MAX_EVENT."""

@@ -390,6 +390,28 @@ def test_a_second_events_array_is_an_error(tmp_path, first, second):
     assert read_kineto(tmp_path / "one.json", chunk=300).meta["events"] == first == read_kineto(tmp_path / "one.json").meta["events"]
 
 
+@pytest.mark.parametrize("broken", ["garbage after the stream", "the stream cut short"])
+@pytest.mark.parametrize("bad_event", [True, False])
+def test_the_first_error_before_a_broken_compressed_stream(tmp_path, broken, bad_event):
+    """A gzip file broken at its end, its JSON broken before that (``"ts": tru``): the JSON's
+    error, which comes first in the file, whatever the piece size (a large piece size held the
+    text until the stream broke, and said the gzip error); with sound JSON, the gzip error."""
+    events = [_event(i) for i in range(20)]
+    if bad_event:
+        events[3] = b'{"ph": "X", "cat": "kernel", "ts": tru}'
+    data = b'{"traceEvents": [' + b", ".join(events) + b"]}"
+    packed = gzip.compress(data)
+    (tmp_path / "t.json.gz").write_bytes(packed + b"\x00garbage" * 10 if broken == "garbage after the stream" else packed[:-10])
+    e = _same_answer(tmp_path / "t.json.gz")
+    if bad_event:
+        (tmp_path / "plain.json").write_bytes(data)  # the same text, not compressed: the same error
+        with pytest.raises(ParseError) as plain:
+            read_kineto(tmp_path / "plain.json")
+        assert "invalid character" in e.message and (e.message, e.loc) == (plain.value.message, plain.value.loc), e.format()
+    else:
+        assert "gzip" in e.message, e.format()
+
+
 @pytest.mark.parametrize("space", [b"\x0b", b"\x0c", b"\xc2\xa0"], ids=["vertical tab", "form feed", "no-break space"])
 @pytest.mark.parametrize("chunk", [300, 1 << 16, kineto.CHUNK])
 def test_whitespace_json_does_not_allow_between_events_is_an_error(tmp_path, space, chunk):
