@@ -14,7 +14,10 @@ whatever it holds, and the first error is reported at its line and column; no mo
 MAX_EVENT of text is held without an event ending in it; nesting msgspec cannot decode is an
 error at the first bracket deeper than MAX_NESTING; a field of the wrong type is an error at
 its value that names the event and the field; a row whose times are absent, or beyond ±2**62 ns
-(1e300, an overflowing integer), is left out by Trace.drop_invalid, which counts it.
+(1e300, an overflowing integer), is left out by Trace.drop_invalid, which counts it. However the
+text is cut into pieces the answer is the same: a trailing comma or a second ``traceEvents`` key
+is an error at its place, and where a compressed stream breaks, an error in the JSON before it
+comes first.
 """
 
 from __future__ import annotations
