@@ -31,7 +31,7 @@ from itertools import compress
 from functools import partial
 from operator import is_
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union, cast
 
 import msgspec
 import numpy as np
@@ -836,12 +836,10 @@ class _Rows:
         cols["tid"] += [e.tid for e in evs]
         if cat in _KIND_OF:
             cols["kind"] += [_KIND_OF[cat]] * len(evs)
-        if table in ("modules", "annotations"):
-            args = []
-        else:
-            args = [e.args for e in evs]
-            if None in args:  # "args": null
-                args = [a or _NO_ARGS for a in args]
+        args: list[_Args] = []
+        if table not in ("modules", "annotations"):
+            given = [e.args for e in evs]
+            args = [a or _NO_ARGS for a in given] if None in given else cast("list[_Args]", given)  # (None: "args": null)
         if table in ("kernels", "launches", "memops"):
             cols["correlation"] += [a.correlation for a in args]
         if table in ("kernels", "memops"):

@@ -476,7 +476,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     present = np.zeros(hi - lo + 1, bool)
     present[shifted] = True
     ids = np.flatnonzero(present)
-    rank = np.cumsum(present, dtype=np.int32 if hi - lo < 1 << 31 else np.int64)  # (half the table to gather from)
+    rank: np.ndarray = np.cumsum(present, dtype=np.int32 if hi - lo < 1 << 31 else np.int64)  # (half the table to gather from)
     rank -= 1
     return (ids + lo).astype(values.dtype), rank[shifted].astype(np.int64)
 
