@@ -563,7 +563,8 @@ class _Pieces:
             raise stream.error(self.path)
         if self.bare:
             return doc
-        if text.find(b'"traceEvents"', len(self.head)) >= 0 and (second := _second_events_key(text, len(self.head), self.outer)) is not None:
+        maybe = text.find(b'"traceEvents"', len(self.head)) >= 0 or text.find(b"\\u", len(self.head)) >= 0  # (a key may be escaped)
+        if maybe and (second := _second_events_key(text, len(self.head), self.outer)) is not None:
             raise _located_error("a second 'traceEvents' key: which of two equal keys counts, JSON leaves undefined, "
                                  "and the events of both are not one trace", self.path, self.at + second - len(self.head))
         meta.update(_document_keys(doc))
@@ -620,7 +621,8 @@ def _second_events_key(text: bytes, at: int, outer: int) -> int | None:
     """Where a second ``traceEvents`` key of the document is, in a text whose events begin at
     ``at`` and that decodes as a whole (msgspec keeps the last of equal keys, a stream has read
     the first array's events already): the events walked to the array's end, then the keys
-    after it decoded; None where there is none."""
+    after it one by one, each decoded (``trace\\u0045vents`` is the same key); None where
+    there is none."""
     with memoryview(text) as view:
         try:
             while text[(p := _ws_end(text, at))] != 0x5D:  # the array's end
@@ -628,19 +630,21 @@ def _second_events_key(text: bytes, at: int, outer: int) -> int | None:
                 if q is None:
                     return None
                 at = q + 1 if text[q] == 0x2C else q
-        except _Malformed:
+            p = _ws_end(text, p + 1)
+            while text[p : p + 1] == b",":  # the document's next key, and its value
+                key_at = _ws_end(text, p + 1)
+                colon = _value_end(view, key_at, 1)
+                if colon is None or text[colon] != 0x3A:
+                    return None
+                if msgspec.json.decode(text[key_at:colon], type=str) == "traceEvents":
+                    return key_at
+                end = _value_end(view, colon + 1, 1)
+                if end is None:
+                    return None
+                p = end
+        except (_Malformed, msgspec.DecodeError):
             return None
-    rest = _ws_end(text, p + 1)
-    if text[rest : rest + 1] != b",":
-        return None
-    try:
-        keys = msgspec.json.decode(b"{" + text[rest + 1 :], type=dict[str, msgspec.Raw])
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    if "traceEvents" not in keys:
-        return None
-    m = re.compile(rb'"traceEvents"' + _JSON_WS + rb":").search(text, rest)
-    return m.start() if m else rest
+    return None
 
 
 def _piece(at: int, chunk: int) -> int:
@@ -733,7 +737,10 @@ def _location(path: Path, offset: int) -> tuple[Location, str, int]:
         line += n
         line_start = seen + block.rfind(b"\n", 0, k) + 1
     if len(block) - k < _CONTEXT:
-        block += next(stream, b"")
+        try:
+            block += next(stream, b"")
+        except ParseError:  # a compressed stream broken past the error: its line is quoted as far as it goes
+            pass
     stream.close()
     text, base = before + block, seen - len(before)
     lo = max(line_start, offset - _CONTEXT) - base

@@ -179,12 +179,12 @@ def _run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namesp
         if _terminating:  # SIGTERM inside C code (an extension's import) comes out as that code's error
             sys.stderr.write("layerc: terminated\n")
             return 143
+        if os.environ.get("LAYERC_TRACEBACK"):
+            raise
         if isinstance(e, OSError) and e.errno is not None:  # the system's refusal (a full disk), not a bug
             where = f"{e.filename}: " if e.filename else ""
             sys.stderr.write(f"layerc: error: {where}{e.strerror or e}\n")
             return 1
-        if os.environ.get("LAYERC_TRACEBACK"):
-            raise
         sys.stderr.write(f"layerc: internal error: {type(e).__name__}: {e} (set LAYERC_TRACEBACK=1 for details)\n")
         return 1
 
@@ -216,34 +216,46 @@ def entry() -> None:
     """The ``layerc`` command (and ``python -m layerc.tools.driver``): :func:`main`, then the
     process ends without the interpreter's teardown. Freeing every module and object one at a
     time at exit took a small run about 25 ms, a sixth of its time, for memory the operating
-    system takes back at once. What an exit must do still happens: the standard streams are
-    flushed (a failed flush is an error, a closed pipe is not) and the exit handlers run (staged
-    outputs are removed). Where another thread still runs, the process exits as usual."""
+    system takes back at once. What an exit must do still happens, in the interpreter's order:
+    the exit handlers run (staged outputs are removed), then the standard streams are flushed
+    (a failed flush is an error, a closed pipe is not). Where another thread still runs, the
+    process exits as usual."""
     try:
         code = main()
     except SystemExit as e:  # argparse's --help and usage errors
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0
         else:
-            sys.stderr.write(f"{e.code}\n")
+            if sys.stderr is not None:
+                sys.stderr.write(f"{e.code}\n")
             code = 1
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _quiet_stdout()
-    except (OSError, ValueError) as e:  # a full disk behind a redirection: the output is incomplete
-        sys.stderr.write(f"layerc: error: writing the standard output: {e}\n")
-        code = code or 1
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # (CPython's; elsewhere: the usual exit)
     threading = sys.modules.get("threading")
     if run_exit_handlers is None or (threading is not None and threading.active_count() > 1):
         sys.exit(code)
     run_exit_handlers()
-    os._exit(code)
+    os._exit(_flushed(code))
+
+
+def _flushed(code: int) -> int:
+    """The exit status once stdout and stderr are flushed (either may be None: closed when the
+    process started): a stdout that cannot take the rest (a full disk) makes it an error."""
+    out, err = sys.stdout, sys.stderr
+    if out is not None:
+        try:
+            out.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        except (OSError, ValueError) as e:
+            if err is not None:
+                err.write(f"layerc: error: writing the standard output: {e}\n")
+            code = code or 1
+    if err is not None:
+        try:
+            err.flush()
+        except (OSError, ValueError):
+            pass
+    return code
 
 
 if __name__ == "__main__":

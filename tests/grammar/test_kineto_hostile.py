@@ -390,6 +390,40 @@ def test_a_second_events_array_is_an_error(tmp_path, first, second):
     assert read_kineto(tmp_path / "one.json", chunk=300).meta["events"] == first == read_kineto(tmp_path / "one.json").meta["events"]
 
 
+@pytest.mark.parametrize("second", [b'"trace\\u0045vents"', b'"\\u0074raceEvents"'])
+def test_a_second_events_key_written_with_escapes_is_an_error(tmp_path, second):
+    """The same key with a character escaped (``trace\\u0045vents`` decodes to ``traceEvents``):
+    it was let through, and the events read depended on the piece size (2,998 to 2,410)."""
+    doc = b'{"traceEvents": [' + b", ".join(_event(i) for i in range(3000)) + b"], " + second + b": [" + _event(9999) + b"]}"
+    (tmp_path / "t.json").write_bytes(doc)
+    e = _same_answer(tmp_path / "t.json")
+    assert "a second 'traceEvents' key" in e.message and e.loc == (1, doc.rindex(second) + 1), e.format()
+
+
+def test_a_second_events_key_is_located_at_the_top_level(tmp_path):
+    """A ``traceEvents`` key nested in another key's value before the second one is not it."""
+    doc = (b'{"traceEvents": [' + b", ".join(_event(i) for i in range(2)) + b'], "x": {"traceEvents": 1}, "traceEvents": []}')
+    (tmp_path / "t.json").write_bytes(doc)
+    e = _same_answer(tmp_path / "t.json")
+    assert e.loc == (1, doc.rindex(b'"traceEvents"') + 1), e.format()
+    nested = b'{"traceEvents": [' + _event(1) + b'], "x": {"traceEvents": [1]}, "y": ["traceEvents"]}'
+    (tmp_path / "nested.json").write_bytes(nested)  # a key of another object: no second events array
+    assert read_kineto(tmp_path / "nested.json", chunk=300).meta["events"] == 1 == read_kineto(tmp_path / "nested.json").meta["events"]
+
+
+@pytest.mark.parametrize("end", [b", ]}", b', {"ph": 1}]}'], ids=["trailing comma", "wrong type in the last event"])
+def test_an_error_at_the_end_of_the_json_before_a_broken_gzip_stream(tmp_path, end):
+    """The JSON's error within a line's quote of where the compressed stream breaks: quoting the
+    line read on into the broken stream, and said the gzip error instead."""
+    data = b'{"traceEvents": [' + b", ".join(_event(i) for i in range(20)) + end
+    (tmp_path / "plain.json").write_bytes(data)
+    with pytest.raises(ParseError) as plain:
+        read_kineto(tmp_path / "plain.json")
+    (tmp_path / "t.json.gz").write_bytes(gzip.compress(data) + b"\x00garbage" * 10)
+    e = _same_answer(tmp_path / "t.json.gz")
+    assert (e.message, e.loc) == (plain.value.message, plain.value.loc), e.format()
+
+
 @pytest.mark.parametrize("broken", ["garbage after the stream", "the stream cut short"])
 @pytest.mark.parametrize("bad_event", [True, False])
 def test_the_first_error_before_a_broken_compressed_stream(tmp_path, broken, bad_event):

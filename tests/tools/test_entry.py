@@ -48,26 +48,45 @@ def test_a_pipe_closed_early_is_not_an_error():
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_a_full_disk_behind_stdout_is_an_error():
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_full_disk_behind_stdout_is_an_error(unbuffered):
     """The report written to a device that is always full: the lost output is said, as the
-    system's refusal, never as an internal error; exit 1."""
+    system's refusal, never as an internal error; exit 1. (Buffered, the report fails at the
+    last flush, after the run; unbuffered, while the command writes it.)"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
     with open("/dev/full", "wb") as full:
         r = subprocess.run([sys.executable, "-m", "layerc.tools.driver", "trace", str(TRACE)], stdout=full,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env=env)
     assert r.returncode == 1, r.stderr
-    assert "layerc: error: No space left on device" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert "internal error" not in r.stderr
+    assert "layerc: error: " in r.stderr and "No space left on device" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_closed_standard_stream_is_no_error(tmp_path, closed):
+    """Started with stdout or stderr closed (``>&-``; Python makes it None): the command runs,
+    writes its file and exits 0, as it did before the process ended itself."""
+    out = tmp_path / "g.json.gz"
+    shell = f"{sys.executable} -m layerc.tools.driver gen-trace {out} --layers 2 {'>&-' if closed == 'stdout' else '2>&-'}"
+    r = subprocess.run(["sh", "-c", shell], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 0 and "Traceback" not in r.stderr + r.stdout
 
 
 def test_exit_handlers_run(tmp_path):
     """An exit handler registered during the run (as ``outputs`` registers the removal of staged
-    files) runs before the process ends."""
+    files) runs before the process ends, and what it prints reaches stdout (the streams are
+    flushed after the handlers, as the interpreter's own exit does)."""
     marker = tmp_path / "ran"
     code = ("import atexit, pathlib, sys\n"
             f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+            "atexit.register(print, 'EXIT-HANDLER-OUTPUT')\n"
             "from layerc.tools.driver import entry\n"
             f"sys.argv = ['layerc', 'trace', {str(TRACE)!r}]\n"
             "entry()\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert marker.read_text() == "yes"
+    assert marker.read_text() == "yes" and r.stdout.rstrip().endswith("EXIT-HANDLER-OUTPUT")
