@@ -137,8 +137,7 @@ def _layer_rows(a: Analysis) -> list[dict]:
     from layerc.passes.trace_tables import layer_columns
 
     c = layer_columns(a.trace, a.layers, a.table, a.cls, a.roofline, np.nonzero(a.rows)[0])
-    strings = a.trace.strings
-    names = {key: [strings[i] or "?" for i in c[key].tolist()] for key in ("first_kernel", "last_kernel")}
+    names = {key: _texts(a, c[key]) for key in ("first_kernel", "last_kernel")}
     columns = {"pass": c["pass"].tolist(), "partial": c["partial"].tolist(), "index": c["layer"].tolist(),
                "stack": c["stack"].tolist(), "type": c["type"], "stage": stage_names(c["stage"]),
                **{key: c[key].tolist() for key in ("kernel_count", "duration_ns", "start_ns", "end_ns")}, **names,
@@ -148,8 +147,13 @@ def _layer_rows(a: Analysis) -> list[dict]:
 
 def _shorts(a: Analysis, kernels: np.ndarray) -> list[str]:
     """The short names of ``kernels`` ("?" where a kernel has none)."""
+    return _texts(a, a.cls.short[kernels])
+
+
+def _texts(a: Analysis, ids: np.ndarray) -> list[str]:
+    """The strings of ``ids`` ("?" where there is none)."""
     strings = a.trace.strings
-    return [strings[i] or "?" for i in a.cls.short[kernels].tolist()]
+    return [strings[i] or "?" for i in ids.tolist()]
 
 
 def _classified_by(a: Analysis, dur: np.ndarray, tables: str | None) -> dict:

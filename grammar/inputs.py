@@ -282,7 +282,8 @@ def sqlite_columns(path: str | os.PathLike, select: list[str], source: str, coun
     the arrays: rows never become Python objects (the sqlite3 module makes one per value, 4x the
     time on a 1M-row table). A long select is split in two queries read on two threads (the driver
     does not hold the GIL), every other column each, which meet by rowid order (the kernels' first
-    and last seven columns took 0.43 and 0.58 s at 1M rows; every other one, 0.51 s for both). Opened as :func:`sqlite_connect` opens it.
+    and last seven columns took 0.43 and 0.58 s at 1M rows; every other one, 0.51 s for both).
+    Opened as :func:`sqlite_connect` opens it.
     A value that is not a 64-bit integer (NULL, text, real: the driver types a column by its first
     batch) raises :class:`ColumnsError`, for the caller to find and name it."""
     if len(select) < 8:

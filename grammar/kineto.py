@@ -27,7 +27,6 @@ import itertools
 import math
 import re
 from collections import Counter, defaultdict
-from itertools import compress
 from functools import partial
 from operator import is_
 from pathlib import Path
@@ -460,16 +459,15 @@ class _Pieces:
         """The events from ``pos`` one at a time, up to ``piece`` bytes or the last whole one:
         where the last ends and where the next begins; None when none is whole. A broken one
         is an error at its place."""
-        buf, p, last, error = self.buf, self.pos, None, None
-        comma = self.done > 0  # ``pos`` follows a comma: every cut but the array's end is made past one
+        if (end := self._end_after_comma()) is not None:
+            raise self._error(_TRAILING_COMMA, end)
+        buf, p, last, error, comma = self.buf, self.pos, None, None, False
         with memoryview(buf) as view:
             while True:
                 p = _ws_end(buf, p)
                 if p == len(buf):
                     break
-                if buf[p] == 0x5D:  # ']': the array ends
-                    if comma and p == _ws_end(buf, self.pos):  # the comma is before ``pos``: no decode here sees it
-                        raise self._error(_TRAILING_COMMA, p)
+                if buf[p] == 0x5D:  # ']': the array ends, or a comma of this walk was its last
                     if not comma:
                         self.closed = True
                         break
@@ -518,6 +516,15 @@ class _Pieces:
                 raise self._error(e.message, self.pos + e.offset - 1) from None
         raise self._error(error.message, error.offset)
 
+    def _end_after_comma(self) -> int | None:
+        """Where the array's ``]`` comes right after the comma the last cut went past (every cut
+        but the array's end is made past one): a trailing comma that no decode from ``pos``
+        sees; None where there is none."""
+        if not self.done or self.closed:
+            return None
+        p = _ws_end(self.buf, self.pos)
+        return p if self.buf[p : p + 1] == b"]" else None
+
     def check_received(self) -> None:
         """The first error in the text received so far (a broken event, a wrong field), raised:
         where the stream breaks after it, the file's first error is this one, whether pieces
@@ -541,10 +548,8 @@ class _Pieces:
         """The rest of the array decoded behind the document's head, as one document; where
         the text stops at a byte that is not UTF-8, that byte is the error unless one comes
         before it."""
-        if self.done and not self.closed:  # ``pos`` follows a comma, which no decode below sees
-            p = _ws_end(self.buf, self.pos)
-            if self.buf[p : p + 1] == b"]":
-                raise self._error(_TRAILING_COMMA, p)
+        if (end := self._end_after_comma()) is not None:
+            raise self._error(_TRAILING_COMMA, end)
         text = b"".join((self.head, memoryview(self.buf)[self.pos :]))
         self.buf = bytearray()
         try:
@@ -898,7 +903,7 @@ class _Rows:
         known = self.strings.ids
         ids = list(map(known.get, texts))
         if None in ids:  # new strings: each interned once, then all looked up again
-            for text in dict.fromkeys(compress(texts, map(_is_none, ids))):
+            for text in dict.fromkeys(itertools.compress(texts, map(_is_none, ids))):
                 self.strings.intern(text)
             ids = list(map(known.__getitem__, texts))
         return np.fromiter(ids, np.int32, len(ids))
