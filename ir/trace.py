@@ -317,7 +317,7 @@ class Trace:
         """Graph replays: launch correlation → indices of the kernels it ran, in start order."""
         k = self.kernels
         idx = np.nonzero(self.replayed())[0]
-        idx = idx[np.lexsort((k.start[idx], k.correlation[idx]))]
+        idx = idx[group_then_start(k.correlation[idx], k.start[idx])]
         corr = k.correlation[idx]
         cuts = np.nonzero(np.diff(corr))[0] + 1
         return {int(group_corr[0]): group for group, group_corr in zip(np.split(idx, cuts), np.split(corr, cuts))} if len(idx) else {}
@@ -354,7 +354,7 @@ class Trace:
         this once."""
         for table_name in _TABLE_NAMES:
             table = getattr(self, table_name)
-            if len(table) > 1 and (np.diff(table.start) < 0).any():
+            if len(table) > 1 and (table.start[1:] < table.start[:-1]).any():
                 setattr(self, table_name, table.take(np.argsort(table.start, kind="stable")))
 
     def summary(self) -> dict[str, int]:
@@ -430,7 +430,7 @@ def group_order(group: np.ndarray) -> np.ndarray:
 def group_then_start(group: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Row order by ``group``, then by ``start`` (``np.lexsort((start, group))``): where the rows
     come in start order, the IR's, a stable sort by group alone (``group_order``)."""
-    return group_order(group) if not (np.diff(start) < 0).any() else np.lexsort((start, group))
+    return group_order(group) if not (start[1:] < start[:-1]).any() else np.lexsort((start, group))
 
 
 def median(values: np.ndarray) -> float:
@@ -472,13 +472,23 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if hi - lo > 4 * len(values) + 4096 or values.dtype.kind != "i":  # sparse: the distinct values (hashed), then a search
         ids = unique(values)
         return ids, np.searchsorted(ids, values).astype(np.int64)
-    shifted = values.astype(np.int64, copy=False) - lo  # (in the column's own type, int8 or int16 would wrap)
+    shifted = values.astype(np.int64, copy=False)  # (in the column's own type, int8 or int16 would wrap)
+    if lo:
+        shifted = shifted - lo
     present = np.zeros(hi - lo + 1, bool)
     present[shifted] = True
     ids = np.flatnonzero(present)
-    rank: np.ndarray = np.cumsum(present, dtype=np.int32 if hi - lo < 1 << 31 else np.int64)  # (half the table to gather from)
+    if hi - lo < _CACHED_TABLE:  # a table the caches hold: gathered straight into the int64 result
+        rank: np.ndarray = np.cumsum(present, dtype=np.int64)
+        rank -= 1
+        return (ids + lo).astype(values.dtype), rank.take(shifted)
+    rank = np.cumsum(present, dtype=np.int32 if hi - lo < 1 << 31 else np.int64)  # (half the table to gather from)
     rank -= 1
     return (ids + lo).astype(values.dtype), rank[shifted].astype(np.int64)
+
+
+#: value ranges up to this make rank tables (8 bytes a value) small enough to gather from in cache
+_CACHED_TABLE = 1 << 20
 
 
 def _process_key(pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ kernels in thousands of passes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -45,7 +45,10 @@ def drop_unlayered(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndar
     if not inside.any():
         return 0
     per = layers_per_pass(layer, pass_of, n).astype(float)
-    count: Callable[[int], np.ndarray] = lambda t: np.bincount(pass_of[inside & (kind == t)], minlength=n)  # noqa: E731
+    types = len(TYPES)
+    held = np.flatnonzero(inside & (kind >= 0) & (kind < types))
+    by_type = np.bincount(pass_of[held] * types + kind[held], minlength=n * types).reshape(n, types)  # kernels in layers, per pass and type
+    count: Callable[[int], np.ndarray] = lambda t: by_type[:, t]  # noqa: E731
     like = (count(ATTENTION) >= per / 2) | (count(MOE) >= per / 2) | ((count(LINEAR) >= 2 * per) & (count(NORM) >= per / 2))
     drop = (per > 0) & ((per < 2) | ~like) & ~spanned
     layer[inside & drop[pass_of]] = -1
@@ -61,9 +64,11 @@ def confidence(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarray,
     inside = layer >= 0
     if not inside.any():
         return 0.0
-    dur = np.maximum(end - start, 0).astype(float)
+    dur = (end - start).astype(float)
+    np.maximum(dur, 0.0, out=dur)
     time = np.bincount(pass_of, weights=dur, minlength=n)
-    held = np.minimum(1.0, np.bincount(pass_of[inside], weights=dur[inside], minlength=n) / np.maximum(time, 1.0) / HELD)
+    dur *= inside  # the time in layers (a sum of the same terms and zeros: the same sums)
+    held = np.minimum(1.0, np.bincount(pass_of, weights=dur, minlength=n) / np.maximum(time, 1.0) / HELD)
     repeats = _repeat_share(layer, pass_of, n, kind, name, start)
     score = np.where(spanned, held, held * repeats)
     has = layers_per_pass(layer, pass_of, n) > 0
@@ -77,24 +82,34 @@ def _repeat_share(layer: np.ndarray, pass_of: np.ndarray, n: int, kind: np.ndarr
     of the pass has too (each sequence hashed: a polynomial over the types, in start order).
     Types, not names: the first layer's norm is another template (no residual yet), and a
     shallow model's layers would otherwise repeat nothing."""
-    sel = np.nonzero((layer >= 0) & STRUCTURAL[kind])[0]
+    sel = np.flatnonzero((layer >= 0) & STRUCTURAL[kind])
     out = np.zeros(n)
     if not len(sel):
         return out
     width = int(layer.max()) + 1
     group = pass_of[sel] * width + layer[sel]
-    sel = sel[group_then_start(group, start[sel])]
-    group = pass_of[sel] * width + layer[sel]
-    opens = np.r_[True, group[1:] != group[:-1]]
-    heads = np.nonzero(opens)[0]
-    j = np.arange(len(sel)) - heads[np.cumsum(opens) - 1]  # position within the layer
-    powers = np.cumprod(np.r_[np.uint64(1), np.full(int(j.max()), np.uint64(1_000_003), np.uint64)], dtype=np.uint64)
+    order = group_then_start(group, start[sel])
+    sel, group = sel[order], group[order]  # (the keys gathered once, from the selection's)
+    opens = np.empty(len(sel), bool)
+    opens[0] = True
+    np.not_equal(group[1:], group[:-1], out=opens[1:])
+    heads = np.flatnonzero(opens)
+    lengths = np.diff(np.r_[heads, len(sel)])
+    j = np.arange(len(sel), dtype=np.int32 if len(sel) < 1 << 31 else np.int64)  # (narrow: a column of every kernel)
+    np.subtract(j, np.repeat(heads.astype(j.dtype), lengths), out=j)  # position within the layer
+    powers = np.cumprod(np.r_[np.uint64(1), np.full(int(lengths.max()) - 1, np.uint64(1_000_003), np.uint64)], dtype=np.uint64)
     with np.errstate(over="ignore"):
         terms = (kind[sel].astype(np.uint64) + np.uint64(1)) * powers[j]
-        sig = np.add.reduceat(terms, heads) ^ (np.diff(np.r_[heads, len(sel)]).astype(np.uint64) << np.uint64(48))
-    q = pass_of[sel][heads]
-    _, which, counts = np.unique(np.stack([q, sig.view(np.int64)]).T, axis=0, return_inverse=True, return_counts=True)
-    repeated = counts[which.reshape(-1)] >= 2
+        sig = np.add.reduceat(terms, heads) ^ (lengths.astype(np.uint64) << np.uint64(48))
+    q = group[heads] // width  # each layer's pass
+    # layers of the same pass and signature: one sort of the (pass, signature) pairs, then runs
+    order = np.lexsort((sig, q))
+    q_sorted, sig_sorted = q[order], sig[order]
+    same = np.zeros(len(q), bool)
+    same[1:] = (q_sorted[1:] == q_sorted[:-1]) & (sig_sorted[1:] == sig_sorted[:-1])
+    run = np.cumsum(~same) - 1
+    repeated = np.empty(len(q), bool)
+    repeated[order] = np.bincount(run)[run] >= 2
     layers = np.bincount(q, minlength=n)
     return np.bincount(q, weights=repeated.astype(float), minlength=n) / np.maximum(layers, 1)
 
@@ -158,7 +173,7 @@ def crowded_layers(layer: np.ndarray, pass_of: np.ndarray, kind: np.ndarray, n: 
         return 0, 0
     width = int(layer.max()) + 1
     pairs, pair_of = unique_inverse(pass_of[inside] * width + layer[inside])
-    heavy = np.bincount(pair_of, weights=(kind[inside] == ATTENTION) | (kind[inside] == MOE), minlength=len(pairs))
+    heavy = np.bincount(pair_of[((kind == ATTENTION) | (kind == MOE))[inside]], minlength=len(pairs))  # per layer
     q = pairs // width  # each layer's pass, in order
     usual = _group_medians(q, heavy)[q]
     return int(((heavy > CROWDED * usual) & (heavy >= usual + CROWDED_MORE)).sum()), len(pairs)
@@ -179,13 +194,20 @@ def _group_medians(group: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarray:
-    """Distinct layers in each of ``n`` passes."""
-    inside = layer >= 0
-    if not inside.any():
+    """Distinct layers in each of ``n`` passes (``pass_of`` below ``n``): a table of the (pass,
+    layer) pairs present, marked in one scatter (no selection of the kernels in layers first)."""
+    width = int(layer.max()) + 1 if len(layer) else 0
+    if width <= 0:
         return np.zeros(n, np.int64)
-    width = int(layer.max()) + 1
-    pairs = distinct(pass_of[inside] * width + layer[inside])
-    return np.bincount(pairs // width, minlength=n)
+    if n * width > 4 * len(layer) + 4096:  # sparse pairs (layer numbers far apart): no table sized by them
+        inside = layer >= 0
+        pairs = distinct(pass_of[inside] * width + layer[inside])
+        return np.bincount(pairs // width, minlength=n)
+    key = pass_of * width + layer
+    key[(layer < 0) | (pass_of < 0) | (pass_of >= n)] = n * width  # (one slot past the table's: outside any layer)
+    present = np.zeros(n * width + 1, bool)
+    present[key] = True
+    return cast(np.ndarray, present[:-1].reshape(n, width).sum(1))
 
 
 def stacks(layer: np.ndarray, pass_of: np.ndarray, motif: np.ndarray | None, spanned: np.ndarray,

@@ -37,7 +37,7 @@ from typing import Any, Iterable, cast
 
 import numpy as np
 
-from layerc.ir.trace import Kernels, Trace, group_then_start, isin, median, unique, unique_inverse
+from layerc.ir.trace import Kernels, Trace, first_rows, group_then_start, isin, median, unique, unique_inverse
 from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
@@ -999,8 +999,8 @@ def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray,
         r.warnings.append(f"the layers were found with low confidence ({r.confidence:.2f} < {evidence.CONFIDENT}): "
                           "check them with --strategy, --num-layers or module spans (with_modules=True)")
     r.stack, r.stacks = evidence.stacks(r.layer, r.pass_of, r.stack, spanned, spans)
-    _, first = np.unique(r.pass_of, return_index=True)
-    r.steps = step[first].tolist() if len(first) == n else [-1] * n
+    first = first_rows(r.pass_of, n) if n and int(r.pass_of.min()) >= 0 else np.full(n, -1)  # each pass's first kernel
+    r.steps = step[first].tolist() if (first >= 0).all() else [-1] * n
     return mark_partial(r)
 
 
@@ -1112,13 +1112,12 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
     inside = stack >= 0
     if not inside.any() or int(stack.max()) == 0:
         return stack
-    ids, dense = unique_inverse(stack[inside])
-    st = np.full(len(stack), -1, np.int64)
-    st[inside] = dense
+    held = np.flatnonzero(inside)
+    ids, dense = unique_inverse(stack[held])
     n, width, stacks_n = int(pass_of.max()) + 1, int(layer.max()) + 1, len(ids)
-    pairs, pair_of = unique_inverse((pass_of[inside] * stacks_n + dense) * width + layer[inside])  # (pass, stack, layer)
+    pairs, pair_of = unique_inverse((pass_of[held] * stacks_n + dense) * width + layer[held])  # (pass, stack, layer)
     counts = np.bincount(pairs // width, minlength=n * stacks_n).reshape(n, stacks_n)
-    gemms = np.bincount(pair_of, weights=kind[inside] == LINEAR, minlength=len(pairs))
+    gemms = np.bincount(pair_of[kind[held] == LINEAR], minlength=len(pairs))
     layer_stack = (pairs // width) % stacks_n
     runs = counts > 0
     usual = [int(np.bincount(counts[runs[:, s], s]).argmax()) for s in range(stacks_n)]
@@ -1134,7 +1133,11 @@ def _one_model_stacks(stack: np.ndarray, layer: np.ndarray, pass_of: np.ndarray,
             if g[0] > 0 and g[1] <= 1.5 * g[0]:
                 merged[b] = a
                 break
-    return np.where(inside, ids[merged[np.maximum(st, 0)]], -1)
+    if (merged == np.arange(stacks_n)).all():  # no two stacks are one model's: each keeps its number
+        return cast(np.ndarray, np.maximum(stack, -1))
+    out = np.full(len(stack), -1, np.int64)
+    out[held] = ids[merged[dense]]
+    return out
 
 
 def _same_stacks(local: np.ndarray, token: np.ndarray, signatures: list[set[int]]) -> np.ndarray:
@@ -1449,7 +1452,8 @@ def _regularity(token: np.ndarray, layer: np.ndarray, run: np.ndarray | None = N
 def by_pass(pass_of: np.ndarray, start: np.ndarray) -> list[np.ndarray]:
     """Each pass's kernel indices in start order (one sort for all passes)."""
     order = group_then_start(pass_of, start)
-    cuts = np.nonzero(np.diff(pass_of[order]))[0] + 1
+    sorted_passes = pass_of[order]
+    cuts = np.flatnonzero(sorted_passes[1:] != sorted_passes[:-1]) + 1
     return np.split(order, cuts) if len(order) else []
 
 

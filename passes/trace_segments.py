@@ -69,9 +69,10 @@ def _dense(values: np.ndarray) -> np.ndarray:
 
 def _combine(*columns: np.ndarray) -> np.ndarray:
     """One int64 key per row of dense columns (each below its own maximum + 1)."""
-    key = np.zeros(len(columns[0]), np.int64)
-    for c in columns:
-        key = key * (int(c.max()) + 1 if len(c) else 1) + c
+    key = columns[0].astype(np.int64)  # (a copy, built on in place: no column-sized temporaries)
+    for c in columns[1:]:
+        key *= int(c.max()) + 1 if len(c) else 1
+        key += c
     return key
 
 
@@ -103,10 +104,15 @@ def _segments(trace: Trace) -> np.ndarray:
     between the (n-1)-th and n-th replays."""
     k = trace.kernels
     out = np.full(len(k), -1, np.int64)
-    replays = sorted(trace.replays().values(), key=lambda idx: k.start[idx].min())
-    starts = np.array([k.start[idx].min() for idx in replays], np.int64)
-    for n, idx in enumerate(replays):
-        out[idx] = 2 * n + 1
+    replayed = np.flatnonzero(trace.replayed())
+    launches, replay_of = unique_inverse(k.correlation[replayed])  # a replay per graph launch
+    starts = np.full(len(launches), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(starts, replay_of, k.start[replayed])  # each replay's first start
+    order = np.argsort(starts, kind="stable")  # replays in time order (ties: by launch)
+    n = np.empty(len(order), np.int64)
+    n[order] = np.arange(len(order))
+    out[replayed] = 2 * n[replay_of] + 1
+    starts = starts[order]
     eager = out < 0
     out[eager] = 2 * np.searchsorted(starts, k.start[eager], side="right")
     return out
@@ -118,15 +124,19 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
     that neither replay runs joins them."""
     k = trace.kernels
     out = segment.copy()
-    for d in unique(k.device).tolist():
-        mine = np.nonzero(k.device == d)[0]
-        ids, inverse = unique_inverse(segment[mine])  # (dense ids: a table, not a sort of every kernel)
+    devices = unique(k.device).tolist()
+    for d in devices:
+        # (one GPU, the usual case: its kernels are all the kernels, taken as they are)
+        mine = np.flatnonzero(k.device == d) if len(devices) > 1 else None
+        ids, inverse = unique_inverse(_rows(segment, mine))  # (dense ids: a table, not a sort of every kernel)
         at = first_rows(inverse, len(ids))  # each segment's first kernel
         size = np.bincount(inverse, minlength=len(ids))
-        attention = np.bincount(inverse, weights=kind[mine] == ATTENTION, minlength=len(ids)) > 0
-        norm = np.bincount(inverse, weights=kind[mine] == NORM, minlength=len(ids)) > 0
-        starts = k.start[mine]
-        if (np.diff(starts) >= 0).all():  # the IR's start order: a segment's first kernel starts first
+        kinds = _rows(kind, mine)
+        attention, norm = np.zeros(len(ids), bool), np.zeros(len(ids), bool)
+        attention[inverse[kinds == ATTENTION]] = True
+        norm[inverse[kinds == NORM]] = True
+        starts = _rows(k.start, mine)
+        if not (starts[1:] < starts[:-1]).any():  # the IR's start order: a segment's first kernel starts first
             first = starts[at]
         else:
             first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
@@ -135,9 +145,10 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
         ends = np.cumsum(size)
         rows: list[np.ndarray] = []  # each segment's kernels together, from ends[i] - size[i] to ends[i]
 
-        def kernels_of(i: int, inverse: np.ndarray = inverse, mine: np.ndarray = mine) -> np.ndarray:
+        def kernels_of(i: int, inverse: np.ndarray = inverse, mine: np.ndarray | None = mine) -> np.ndarray:
             if not rows:  # sorted once, where a segment is a candidate
-                rows.append(mine[group_order(inverse)])
+                order = group_order(inverse)
+                rows.append(order if mine is None else mine[order])
             return cast(np.ndarray, k.name[rows[0][ends[i] - size[i]:ends[i]]])
 
         label = ids.copy()
@@ -152,8 +163,14 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
             own = kernels_of(here)
             if 2 * int(isin(own, np.concatenate([kernels_of(before), kernels_of(after)])).sum()) < len(own):
                 label[here] = label[after] = label[before]
-        out[mine] = label[inverse]
+        if not np.array_equal(label, ids):  # (else its kernels keep their segments)
+            out[slice(None) if mine is None else mine] = label[inverse]
     return out
+
+
+def _rows(column: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """``column[rows]``; the whole column where ``rows`` is None (all of them)."""
+    return column if rows is None else column[rows]
 
 
 def kernel_steps(trace: Trace, host: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:

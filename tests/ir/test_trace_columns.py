@@ -21,6 +21,17 @@ def test_unique_inverse_is_np_unique(values):
     assert inverse.tolist() == want_inverse.reshape(-1).tolist()
 
 
+def test_unique_inverse_wide_dense_range_is_np_unique():
+    """Each of its tables: a range the caches hold (int64 ranks), a wider one (int32 ranks),
+    and one too sparse for a table (a search)."""
+    rng = np.random.default_rng(7)
+    for span, n in ((5_000, 20_000), (3 << 20, 1 << 20), (1 << 40, 1_000)):
+        v = rng.integers(-(span // 3), span - span // 3, n)
+        ids, inverse = unique_inverse(v)
+        want_ids, want_inverse = np.unique(v, return_inverse=True)
+        assert np.array_equal(ids, want_ids) and np.array_equal(inverse, want_inverse.reshape(-1)) and inverse.dtype == np.int64
+
+
 @given(COLUMNS)
 def test_distinct_is_the_sorted_non_negative_values(values):
     v = np.array(values, np.int64)

@@ -158,3 +158,44 @@ def test_each_groups_median_is_np_median(rows):
     got = _group_medians(group, values)
     for g in set(group.tolist()):
         assert got[g] == np.median(values[group == g])
+
+
+@given(st.lists(st.tuples(st.integers(-1, 5), st.integers(-1, 40)), max_size=300), st.integers(0, 3))
+def test_layers_per_pass_counts_the_distinct_pairs(rows, extra):
+    """Per pass, its distinct layer numbers (kernels outside a layer, -1, count for none), on the
+    table path and on the sparse one (a layer number far beyond the others)."""
+    from layerc.passes.layer_evidence import layers_per_pass
+
+    for sparse in (False, True):
+        pairs = [(p, (layer * 100_000 if sparse and layer > 0 else layer)) for p, layer in rows]
+        pass_of = np.array([p for p, _ in pairs], np.int64).reshape(-1)
+        layer = np.array([x for _, x in pairs], np.int64).reshape(-1)
+        n = (int(pass_of.max()) + 1 if len(pairs) else 0) + extra
+        want = [len({x for p, x in pairs if p == q and x >= 0}) for q in range(n)]
+        assert layers_per_pass(layer, pass_of, n).tolist() == want
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 6), st.sampled_from((tl.ATTENTION, tl.LINEAR, tl.NORM, 0))),
+                max_size=200), st.booleans())
+def test_repeat_share_is_the_share_of_layers_repeating_another(rows, shuffled):
+    """Per pass, the share of its layers whose structural kernel types, in start order, another
+    layer of the pass runs too (against the definition, in rows given in and out of start order)."""
+    from layerc.passes.layer_evidence import STRUCTURAL, _repeat_share
+
+    n = 4
+    start = np.arange(len(rows), dtype=np.int64) * 10
+    if shuffled:
+        start = start[np.random.default_rng(len(rows)).permutation(len(rows))]
+    pass_of = np.array([p for p, _, _ in rows], np.int64).reshape(-1)
+    layer = np.array([x for _, x, _ in rows], np.int64).reshape(-1)
+    kind = np.array([k for _, _, k in rows], np.int8).reshape(-1)
+    seqs: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i, (p, x, k) in enumerate(rows):
+        if x >= 0 and STRUCTURAL[k]:
+            seqs.setdefault((p, x), []).append((int(start[i]), k))
+    want = []
+    for q in range(n):
+        mine = [tuple(k for _, k in sorted(v)) for (p, _), v in seqs.items() if p == q]
+        want.append(sum(mine.count(s) >= 2 for s in mine) / max(len(mine), 1))
+    got = _repeat_share(layer, pass_of, n, kind, np.zeros(len(rows), np.int32), start)
+    assert np.allclose(got, want)
