@@ -90,3 +90,25 @@ def test_exit_handlers_run(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert marker.read_text() == "yes" and r.stdout.rstrip().endswith("EXIT-HANDLER-OUTPUT")
+
+
+@pytest.mark.parametrize("given", [None, "1"])
+def test_the_process_runs_numpy_without_huge_pages_unless_told(given):
+    """The command turns numpy's transparent huge pages off before numpy loads (a trace's
+    analysis would fault in and compact a huge page per fresh column); an explicit
+    ``NUMPY_MADVISE_HUGEPAGE`` in the environment wins."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if given is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = given
+    script = ("import atexit, os, sys\n"
+              "def said():\n"
+              "    import numpy\n"
+              "    print((getattr(numpy, '_core', None) or numpy.core).multiarray._get_madvise_hugepage())\n"
+              "atexit.register(said)\n"
+              f"sys.argv = ['layerc', 'trace', {str(TRACE)!r}]\n"
+              "from layerc.tools.driver import entry\n"
+              "assert 'numpy' not in sys.modules\n"
+              "entry()\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(given == "1")  # numpy's own word on its huge pages
