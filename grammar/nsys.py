@@ -39,6 +39,7 @@ from layerc.ir.trace import (
     MemOps,
     Strings,
     Trace,
+    ascending,
     distinct,
     isin,
     unique_inverse,
@@ -251,10 +252,10 @@ class _Reader:
         """A column of nsys string ids as ours (-1, an absent one, stays -1); an id StringIds
         lacks is an error naming the first row that holds it."""
         known, n = self.ids, len(self.ids)
-        if n and known[-1] - known[0] == n - 1 and len(ids) and int(ids.min()) >= known[0] and int(ids.max()) <= known[-1]:
-            return ids - known[0]  # contiguous ids, each one of them (the usual column): an offset, nothing to check
         if n and known[-1] - known[0] == n - 1:  # contiguous ids (every export seen): an offset
             pos = ids - known[0]
+            if not len(pos) or (int(pos.min()) >= 0 and int(pos.max()) < n):  # each one of them (the usual column)
+                return pos
             found = (pos >= 0) & (pos < n)
         else:
             pos = np.searchsorted(known, ids)
@@ -463,7 +464,7 @@ def _sort_in_place(columns, key: np.ndarray) -> None:
     """Rows in ``key`` order (stable), moving only the rows out of place: an export's rows come
     almost in time order (a row a few places early or late), where a whole gather per column
     would cost more than the sort."""
-    if not (key[1:] < key[:-1]).any():
+    if ascending(key):
         return
     order = np.argsort(key, kind="stable")
     moved = np.flatnonzero(order != np.arange(len(order)))

@@ -354,7 +354,7 @@ class Trace:
         this once."""
         for table_name in _TABLE_NAMES:
             table = getattr(self, table_name)
-            if len(table) > 1 and (table.start[1:] < table.start[:-1]).any():
+            if not ascending(table.start):
                 setattr(self, table_name, table.take(np.argsort(table.start, kind="stable")))
 
     def summary(self) -> dict[str, int]:
@@ -379,13 +379,26 @@ def _invalid_rows(table: Table) -> Iterator[tuple[str, np.ndarray]]:
         yield "a negative byte count", table.bytes < NONE
 
 
+def table_fits(span: int, count: int) -> bool:
+    """Whether values spanning ``span`` are few enough apart to number through a table of that
+    span (ids, keys of dense ids), rather than by a sort or a hash of the ``count`` values (ids
+    read from a file may be anything)."""
+    return span <= 4 * count + 4096
+
+
+def ascending(values: np.ndarray) -> bool:
+    """Whether a column never decreases (the IR's start order): neighbours compared, no diff
+    column made."""
+    return not (values[1:] < values[:-1]).any()
+
+
 def distinct(ids: np.ndarray) -> np.ndarray:
     """The sorted distinct non-negative values of an id column. (Ids are small dense integers, so
     a bincount beats a sort.)"""
     ids = ids[ids >= 0]
     if not len(ids):
         return np.empty(0, np.int64)
-    if int(ids.max()) > 4 * len(ids) + 4096:  # sparse ids (read from a file): no table sized by them
+    if not table_fits(int(ids.max()), len(ids)):  # sparse ids (read from a file): no table sized by them
         return unique(ids).astype(np.int64)
     return np.flatnonzero(np.bincount(ids))
 
@@ -430,7 +443,7 @@ def group_order(group: np.ndarray) -> np.ndarray:
 def group_then_start(group: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Row order by ``group``, then by ``start`` (``np.lexsort((start, group))``): where the rows
     come in start order, the IR's, a stable sort by group alone (``group_order``)."""
-    return group_order(group) if not (start[1:] < start[:-1]).any() else np.lexsort((start, group))
+    return group_order(group) if ascending(start) else np.lexsort((start, group))
 
 
 def median(values: np.ndarray) -> float:
@@ -469,7 +482,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not len(values):
         return values.copy(), np.empty(0, np.int64)
     lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 4 * len(values) + 4096 or values.dtype.kind != "i":  # sparse: the distinct values (hashed), then a search
+    if not table_fits(hi - lo, len(values)) or values.dtype.kind != "i":  # sparse: the distinct values (hashed), then a search
         ids = unique(values)
         return ids, np.searchsorted(ids, values).astype(np.int64)
     shifted = values.astype(np.int64, copy=False)  # (in the column's own type, int8 or int16 would wrap)
@@ -506,7 +519,7 @@ def link(keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
     if not len(rows):
         return out
     lo, hi = int(targets[rows].min()), int(targets[rows].max())
-    if hi - lo <= 4 * len(rows) + 4096:
+    if table_fits(hi - lo, len(rows)):
         first = np.full(hi - lo + 1, NONE, np.int64)
         first[targets[rows[::-1]] - lo] = rows[::-1]  # in reverse: the first row's write is the last
         inside = np.flatnonzero((keys >= lo) & (keys <= hi))

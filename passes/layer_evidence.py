@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from layerc.ir.trace import distinct, group_then_start, unique, unique_inverse
+from layerc.ir.trace import distinct, group_then_start, table_fits, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def layers_per_pass(layer: np.ndarray, pass_of: np.ndarray, n: int) -> np.ndarra
     width = int(layer.max()) + 1 if len(layer) else 0
     if width <= 0:
         return np.zeros(n, np.int64)
-    if n * width > 4 * len(layer) + 4096:  # sparse pairs (layer numbers far apart): no table sized by them
+    if not table_fits(n * width, len(layer)):  # sparse pairs (layer numbers far apart): no table sized by them
         inside = layer >= 0
         pairs = distinct(pass_of[inside] * width + layer[inside])
         return np.bincount(pairs // width, minlength=n)

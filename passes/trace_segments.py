@@ -24,7 +24,7 @@ from typing import cast
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, first_rows, group_order, group_then_start, isin, last_rows, median, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, Trace, ascending, first_rows, group_order, group_then_start, isin, last_rows, median, unique, unique_inverse
 from layerc.passes.kernel_tables import TYPES
 
 ATTENTION, NORM = TYPES.index("ATTENTION"), TYPES.index("NORM")
@@ -136,7 +136,7 @@ def _join_pieces(segment: np.ndarray, trace: Trace, kind: np.ndarray) -> np.ndar
         attention[inverse[kinds == ATTENTION]] = True
         norm[inverse[kinds == NORM]] = True
         starts = _rows(k.start, mine)
-        if not (starts[1:] < starts[:-1]).any():  # the IR's start order: a segment's first kernel starts first
+        if ascending(starts):  # the IR's start order: a segment's first kernel starts first
             first = starts[at]
         else:
             first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
@@ -225,16 +225,15 @@ def join_edges(pass_of: np.ndarray, layer: np.ndarray, device: np.ndarray, step:
     edges: list[tuple[np.ndarray, np.ndarray, bool]] = []  # a leading or trailing pass: its kernels, their waits, whether it leads
     devices = unique(device)
     for d in devices.tolist():
-        # one GPU's kernels: views where the trace has one GPU (no copy of a whole column)
-        mine = np.flatnonzero(device == d) if len(devices) > 1 else np.arange(0)
-        q, s, e, eager = ((pass_of, start, end, ~replayed) if not len(mine) else
-                          (pass_of[mine], start[mine], end[mine], ~replayed[mine]))
+        # one GPU's kernels: the whole columns where the trace has one GPU (no copy of them)
+        mine = np.flatnonzero(device == d) if len(devices) > 1 else None
+        q, s, e, eager = _rows(pass_of, mine), _rows(start, mine), _rows(end, mine), ~_rows(replayed, mine)
 
-        def at(i: np.ndarray, mine: np.ndarray = mine) -> np.ndarray:
+        def at(i: np.ndarray, mine: np.ndarray | None = mine) -> np.ndarray:
             """Positions on this GPU as positions in the trace."""
-            return mine[i] if len(mine) else i
+            return i if mine is None else mine[i]
 
-        core = np.where(layered[q], (layer if not len(mine) else layer[mine]) >= 0, ~eager)  # a step's layers, or its graphs
+        core = np.where(layered[q], _rows(layer, mine) >= 0, ~eager)  # a step's layers, or its graphs
         first, last = first_rows(q, n), last_rows(q, n)
         qc = np.where(core, q, n)  # a step's core kernels (the rest under id n)
         first_core, last_core = first_rows(qc, n + 1), last_rows(qc, n + 1)
