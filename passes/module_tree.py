@@ -26,7 +26,7 @@ numbered within their stack (the rank of the instance number), and the stacks on
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,6 +66,10 @@ class Spans:
     when: np.ndarray  #: launch time (host order: layer numbers only rise within a forward pass)
     stack: np.ndarray  #: which of ``stacks``
     stacks: tuple[Stack, ...] = ()
+    #: the outermost span of any class that holds the launch where it is not the layer's own
+    #: (the model's call: one forward pass, its embedding before the layers and its final norm
+    #: and lm_head after them), else -1
+    root: np.ndarray | None = None
 
 
 @dataclass(eq=False)
@@ -122,7 +126,9 @@ def span_layers(trace: Trace, heavy: np.ndarray | None = None, host: tuple[np.nd
         layers = [c for c in once if _is_heavy(held[c], heavy)][:1]
     if not layers:
         return None
-    return _numbered(table, layers, held, when, trace)
+    spans = _numbered(table, layers, held, when, trace)
+    root = _holding(table, np.ones(len(table.cls), bool), when, tid)
+    return replace(spans, root=np.where(root == spans.span, -1, root))  # a layer's own span is no model call
 
 
 def _holding(table: _Table, sel: np.ndarray, when: np.ndarray, tid: np.ndarray) -> np.ndarray:

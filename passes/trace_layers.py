@@ -42,6 +42,7 @@ from layerc.passes import layer_evidence as evidence
 from layerc.passes.kernel_tables import TYPES, Classification, kernel_table
 from layerc.passes.layer_strategies import STRATEGIES
 from layerc.passes.module_tree import Spans, span_layers
+from layerc.passes.pass_edges import gpu_rows, settle_edges
 from layerc.passes.trace_segments import join_edges, kernel_steps, passes
 
 ATTENTION, MOE, LINEAR, NORM, COMMUNICATION = (TYPES.index(t) for t in ("ATTENTION", "MOE", "LINEAR", "NORM", "COMMUNICATION"))
@@ -597,12 +598,33 @@ def _idle_breaks(p: _Pass, of_longest: float = 0.5, stalled: np.ndarray | None =
     idle = _idle_waits(p)
     if stalled is not None and len(stalled):
         idle[stalled - 1] = 0
+    # no forward pass begins before the first attention or expert kernel, or after the last: a
+    # wait there (before a pass's lm_head or in its embedding) is a stall inside a pass
+    mixers = np.flatnonzero((p.kind == ATTENTION) | (p.kind == MOE))
+    if len(mixers):
+        idle[: mixers[0]] = 0
+        idle[mixers[-1] :] = 0
     if not len(idle):
         return np.zeros(0, np.int64)
     # the waits between forward passes are alike and the longest; a stall inside one is shorter
-    longest = float(idle.max()) if below is None else float(idle[idle < below].max(initial=0))
-    limit = max(IDLE * float(median(np.maximum(idle, 0))), IDLE_NS, of_longest * longest)
+    floor = max(IDLE * float(median(np.maximum(idle, 0))), IDLE_NS)
+    longest = _usual_longest(idle[idle >= floor]) if below is None else float(idle[idle < below].max(initial=0))
+    limit = max(floor, of_longest * longest)
     return np.nonzero(idle >= limit)[0] + 1
+
+
+def _usual_longest(waits: np.ndarray) -> float:
+    """The longest of the waits between forward passes: of the long waits, grouped where each is
+    within twice the next shorter one, the longest of the group that recurs most (a host stall
+    between two passes, longer than the waits between the others, happens once or twice; the
+    waits recur once per pass). Ties go to the shorter group: a stall is as rare as the waits only
+    where there are few passes, and the longer waits are breaks all the same."""
+    if len(waits) < 3:
+        return float(waits.max(initial=0))
+    desc = np.sort(waits)[::-1].astype(float)
+    group = np.r_[0, np.cumsum(desc[:-1] > 2 * desc[1:])]
+    sizes = np.bincount(group)
+    return float(desc[np.flatnonzero(group == len(sizes) - 1 - int(np.argmax(sizes[::-1])))[0]])
 
 
 #: kernels after a whole copy of the layer, before the next layer starts, that end a forward pass
@@ -745,7 +767,7 @@ def boundary_layers(p: _Pass) -> np.ndarray:
     begins = np.array(kept)
     # the last half layer ends at its last heavy kernel (the lm_head and sampling are not in it)
     tail = heavy[heavy >= begins[-1]]
-    ends = np.r_[begins[1:], _last_layer_end(p, begins[-1], tail)]
+    ends = np.r_[begins[1:], _last_layer_end(p, begins[-1], tail, _usual_after(p, begins, heavy))]
     i = 0
     for a, b in zip(begins.tolist(), ends.tolist()):
         if _is_half_layer(p.kind[a:b]):
@@ -813,11 +835,12 @@ def _is_half_layer(kind: np.ndarray) -> bool:
     return bool((kind == ATTENTION).any() or (kind == MOE).any() or (kind == LINEAR).sum() >= 2)
 
 
-def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray) -> int:
+def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray, after: int = 0) -> int:
     """End of a pass's last half layer: through its last all-reduce when there are all-reduces,
     else through its heavy kernels and what follows them up to the final norm (a gated output's
-    multiply, the residual add: the layer's; lm_head follows the norm), or through its heavy
-    kernels where no norm follows."""
+    multiply, the residual add: the layer's; lm_head follows the norm), or, where no norm follows
+    (a host stall cut the pass's tail off), through its heavy kernels and the ``after`` kernels
+    that follow the heavy ones of the other half layers of its kind."""
     comm = heavy[p.kind[heavy] == COMMUNICATION]
     if len(comm):
         return int(comm[0]) + 1
@@ -825,7 +848,23 @@ def _last_layer_end(p: _Pass, s: int, heavy: np.ndarray) -> int:
         return s + 1
     end = int(heavy[-1]) + 1
     norm = np.flatnonzero(p.start_flag[end:] | (p.kind[end:] == NORM))
-    return end + int(norm[0]) if len(norm) else end
+    return end + int(norm[0]) if len(norm) else min(end + after, len(p.kind))
+
+
+def _usual_after(p: _Pass, begins: np.ndarray, heavy: np.ndarray) -> int:
+    """How many kernels most often follow the last heavy kernel of a half layer of the last one's
+    kind (with attention or without) before the next half layer begins."""
+    if len(begins) < 2:
+        return 0
+    attention = np.r_[0, np.cumsum(p.kind == ATTENTION)]  # attention kernels before each position
+    last = begins[-1]
+    kind = attention[len(p.kind)] > attention[last]
+    afters: Counter[int] = Counter()
+    for a, b in zip(begins[:-1].tolist(), begins[1:].tolist()):
+        inside = heavy[(heavy >= a) & (heavy < b)]
+        if len(inside) and (attention[b] > attention[a]) == kind:
+            afters[b - int(inside[-1]) - 1] += 1
+    return afters.most_common(1)[0][0] if afters else 0
 
 
 def merge_half_layers(layer: np.ndarray, kind: np.ndarray) -> np.ndarray:
@@ -908,14 +947,23 @@ class _Columns:
     residual_add: np.ndarray
     activation: np.ndarray
     replayed: np.ndarray
+    gpus: list[np.ndarray | None]  #: each GPU's kernels in start order (``gpu_rows``)
+    step: np.ndarray  #: per kernel, its training step (-1 for none)
 
     @classmethod
-    def of(cls_, trace: Trace, cls: Classification | None) -> _Columns:
+    def of(cls_, trace: Trace, cls: Classification | None, step: np.ndarray) -> _Columns:
         cls = cls if cls is not None else kernel_table().classify(trace)
         elementwise = cls.type == TYPES.index("ELEMENTWISE")
         residual_add = elementwise & short_matches(trace, cls.short, _BINARY_ADD)
         activation = elementwise & short_matches(trace, cls.short, ACTIVATION)
-        return cls_(trace.kernels, cls, residual_add, activation, trace.replayed())
+        k = trace.kernels
+        return cls_(k, cls, residual_add, activation, trace.replayed(), gpu_rows(k.device, k.start), step)
+
+    def settled(self, pass_of: np.ndarray, layer: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
+        """``pass_of`` with the kernels between two passes' layers in the pass they belong to (``settle_edges``)."""
+        k = self.kernels
+        replay = np.where(self.replayed, k.correlation, -1) if self.replayed.any() else None
+        return settle_edges(pass_of, layer, self.cls.type, k.start, k.end, self.gpus, fixed, self.step, replay)
 
     def at(self, idx: np.ndarray) -> _Pass:
         """The kernels ``idx`` (in start order) as one pass."""
@@ -933,10 +981,10 @@ def detect_layers(
     profile often has module spans around eager passes only, none in graph replays)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    columns = _Columns.of(trace, cls)
-    kind = columns.cls.type
     host = trace.kernel_host()  # once: passes, steps and spans all place kernels by their launch
     step = kernel_steps(trace, host)
+    columns = _Columns.of(trace, cls, step)
+    kind = columns.cls.type
     pass_of = passes(trace, kind, host, step)
     spans = span_layers(trace, heavy_kernels(trace, columns.cls), host) if strategy in ("auto", "ground-truth") else None
     if strategy == "ground-truth":
@@ -945,21 +993,23 @@ def detect_layers(
         share = float((spans.layer >= 0).mean())
         if share < 0.25:  # spans around a few layers do not decide
             raise ValueError(f"the nn.Module or NVTX layer spans hold {100 * share:.1f}% of the kernels; ground truth needs 25%")
-        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, kind, step, pass_of)
+        return _finish(trace, _with_spans(trace, spans, pass_of, None, None if merge else columns), spans, columns, pass_of)
     found = _by_kernels(columns, pass_of, strategy, merge)
     return _finish(trace, found if spans is None else _with_spans(trace, spans, pass_of, found, None if merge else columns), spans,
-                   kind, step, pass_of)
+                   columns, pass_of)
 
 
-def _finish(trace: Trace, r: LayerResult, spans: Spans | None, kind: np.ndarray, step: np.ndarray,
-            segments: np.ndarray) -> LayerResult:
+def _finish(trace: Trace, r: LayerResult, spans: Spans | None, columns: _Columns, segments: np.ndarray) -> LayerResult:
     """The layers as reported: kernel-found layers kept only where they look like layers (no
     layer structure is an answer), the stacks, the steps, the evidence and the warnings.
     ``segments``: the passes as segmented before any layer was looked for (a replay is one)."""
-    k = trace.kernels
-    r.pass_of = join_edges(r.pass_of, r.layer, k.device, step, trace.replayed(), k.start, k.end, k.name)
+    k, kind, step = trace.kernels, columns.cls.type, columns.step
+    r.pass_of = join_edges(r.pass_of, r.layer, k.device, step, columns.replayed, k.start, k.end, k.name)
+    by_spans = spans.layer if spans is not None and r.strategy.startswith("ground-truth") else None
+    calls = spans.root >= 0 if spans is not None and by_spans is not None and spans.root is not None else None  # calls cut these
+    r.pass_of = columns.settled(r.pass_of, r.layer, calls)
     n = int(r.pass_of.max()) + 1 if len(r.pass_of) else 0
-    spanned = evidence.spanned_passes(r.pass_of, n, spans.layer if spans is not None and r.strategy.startswith("ground-truth") else None)
+    spanned = evidence.spanned_passes(r.pass_of, n, by_spans)
     dropped = evidence.drop_unlayered(r.layer, r.pass_of, n, kind, spanned)
     r.layers_per_pass = per_pass_counts(r.layer, r.pass_of)
     r.confidence = evidence.confidence(r.layer, r.pass_of, n, kind, k.name, k.start, k.end, spanned)
@@ -1097,6 +1147,8 @@ def _by_strategy(columns: _Columns, pass_of: np.ndarray, name: str, merge: bool)
         base += int(run.max()) + 1 if len(run) else 1
     confidence = float(sum(scores) / max(len(k), 1)) * float((layer >= 0).mean() if len(k) else 0)
     usual_period = Counter(periods).most_common(1)[0][0] if periods else None
+    if not columns.replayed.any():  # a host stall may have cut an eager pass's head or tail off (the choice counts passes;
+        pass_s = columns.settled(pass_s, layer)  # graph steps are joined to the eager kernels around them later: join_edges)
     found = LayerResult(layer, pass_s, name, confidence, usual_period, per_pass_counts(layer, pass_s))
     found.stack = _one_model_stacks(np.where(layer >= 0, np.maximum(stack, 0), -1), layer, pass_s, columns.cls.type)
     return found
@@ -1426,8 +1478,25 @@ def _restarts(spans: Spans, idx: np.ndarray, start: np.ndarray, end: np.ndarray)
     # in start order (a kernel that starts late on another stream stays in its pass)
     reached = np.maximum.accumulate(forward[have])
     firsts = np.nonzero(np.diff(reached))[0] + 1
-    cut = [0] + [_idle_cut(start, end, int(have[j - 1]) + 1, int(have[j])) for j in firsts.tolist()]
+    root = spans.root[idx] if spans.root is not None else None
+    cut = [0] + [_root_cut(root, start, end, int(have[j - 1]), int(have[j])) for j in firsts.tolist()]
     return np.searchsorted(np.array(cut), np.arange(len(idx)), side="right") - 1
+
+
+def _root_cut(root: np.ndarray | None, start: np.ndarray, end: np.ndarray, last: int, first: int) -> int:
+    """Where the next forward pass begins, between one whose last layer kernel is at ``last`` and
+    one whose first is at ``first``: what the model's call around each (its outermost span,
+    ``root``) launched is that pass's (the final norm and lm_head, the embedding), the rest
+    (sampling, the next inputs) splits at the longest idle gap."""
+    lo, hi, layer_first = last + 1, first, True
+    if root is not None and root[last] != root[first]:
+        if root[last] >= 0 and (root[lo:hi] == root[last]).any():  # the cut comes after the call's last kernel
+            lo += int(np.flatnonzero(root[lo:hi] == root[last])[-1])
+        if root[first] >= 0 and (root[lo:hi] == root[first]).any():  # and at the next call's first, or before
+            hi, layer_first = lo + int(np.argmax(root[lo:hi] == root[first])), False
+        if hi <= lo:
+            return hi
+    return _idle_cut(start, end, lo, hi, layer_first=layer_first)
 
 
 def short_matches(trace: Trace, short: np.ndarray, rx: re.Pattern[str]) -> np.ndarray:

@@ -28,7 +28,8 @@ Passes: ``prefill`` eager passes (per kernel a ``cpu_op`` with a ``cudaLaunchKer
 ``hipLaunchKernel`` runtime call inside, or the driver/module launch the library really uses, an
 ``ac2g`` flow, and the ``External id`` on all three), then ``decode`` passes, each one graph replay:
 one ``cudaGraphLaunch``/``hipGraphLaunch`` whose correlation every kernel of the pass shares.
-Each pass: input fills/copies and the embedding, the layers, then final norm, lm_head and sampling.
+Each pass: input fills/copies and the embedding, the layers, then final norm, lm_head and sampling;
+in half the eager passes the host stalls before one of those, longer than between two passes.
 ``graphs`` makes the decode passes eager, or every pass (or the prefill passes only) piecewise:
 graph pieces split at attention, which is launched eagerly between them (``GRAPHS``).
 ``modules="layers"`` (``ground_truth_spans=True``) adds ``python_function``
@@ -53,7 +54,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -482,6 +483,18 @@ def _hf_eager_pass_ops(model: str, stage: str, layers: int, rng: random.Random, 
         ops[rng.choice([j for j, op in enumerate(ops) if op.layer is not None])].stall = rng.uniform(1500, 2500)
     ops += [Op(f"hf:{k}") for k in (*_HF_NORM, "lm_head", "argmax")]
     return ops, kinds
+
+
+def _edge_stall(ops: list[Op], rng: random.Random) -> list[Op]:
+    """Half the eager passes: the host stalls before one kernel of the pass's head (inputs,
+    embedding, rotary table) or tail (final norm, lm_head, sampling), 1.5 to 2.5 ms, longer than
+    it waits between passes (a first call, the allocator, the Python side). The kernel is still
+    its pass's."""
+    outside = [j for j, op in enumerate(ops) if op.layer is None and j > 0]
+    if not outside or rng.random() < 0.5:
+        return ops
+    j = rng.choice(outside)
+    return [*ops[:j], replace(ops[j], stall=rng.uniform(1500, 2500)), *ops[j + 1 :]]
 
 
 def _vision_ops(i: int) -> list[Op]:
@@ -921,6 +934,7 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
         raise ValueError("layers must be >= 1")
     t0 = time.perf_counter()
     w = KinetoWriter(model, vendor, tp, seed, modules)
+    edges = random.Random(f"edges {seed}")  # apart from the writer's draws, which earlier traces keep
     passes = []
     for index in range((prefill + decode) * requests):
         stage = "prefill" if index % (prefill + decode) < prefill else "decode"
@@ -928,6 +942,8 @@ def generate(path: str | os.PathLike, *, model: str, vendor: str = "cuda", tp: i
             ops, kinds = _hf_eager_pass_ops(model, stage, depth, w.rng, _pass_mode(stage, graphs) == "eager")
         else:
             ops, kinds = _pass_ops(model, vendor, tp, stage, depth, fused_allreduce and tp > 1)
+        if _pass_mode(stage, graphs) == "eager":
+            ops = _edge_stall(ops, edges)
         passes.append(w.write_pass(index, stage, ops, kinds, graphs))
     data = orjson.dumps(as_generation(w.document(), kineto))
     path = Path(path)

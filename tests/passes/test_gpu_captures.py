@@ -1,7 +1,7 @@
 """Real H100 traces of small HF models (``tests/data/gpu``, captured by ``capture.py`` there),
 each asserted against the truth of its run: layers per forward pass, the stage of each pass,
-CUDA-graph replays; and in the eager ones, the layers the kernel motif finds without the
-nn.Module spans against the spans' own."""
+CUDA-graph replays; and in the eager ones, the layers and passes found without the nn.Module
+spans against the spans' own, every kernel."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from layerc.grammar.traces import read_trace
 from layerc.ir.trace import Annotations, Modules
 from layerc.passes.kernel_tables import TYPES, kernel_table
+from layerc.passes.module_tree import span_layers
 from layerc.passes.trace_layers import detect_layers
 from tests.layerc_cli import run_layerc
 
@@ -23,6 +24,12 @@ CAPTURES = sorted(p.name.removesuffix(".truth.json") for p in GPU.glob("*.truth.
 
 def truth(name: str) -> dict:
     return json.loads((GPU / f"{name}.truth.json").read_text())
+
+
+EAGER = [n for n in CAPTURES if truth(n)["kind"] == "eager"]
+#: eager runs whose layers all run one kernel sequence (no layer kinds, no dense layers first)
+UNIFORM = [n for n in EAGER if not truth(n)["layer_types"] and not truth(n).get("dense_layers_first")]
+EXPERTS = ("qwen3_moe", "qwen3_next", "deepseek_v3")
 
 
 @pytest.fixture(scope="module", params=CAPTURES)
@@ -36,7 +43,7 @@ def report(request, tmp_path_factory):
 
 
 def test_the_captures_are_all_here():
-    assert len(CAPTURES) == 5 and all((GPU / f"{n}.json.gz").is_file() for n in CAPTURES)
+    assert len(CAPTURES) == 10 and all((GPU / f"{n}.json.gz").is_file() for n in CAPTURES)
 
 
 def test_every_forward_pass_has_the_models_layers(report):
@@ -64,11 +71,29 @@ def _pass_stages(doc: dict) -> list[str]:
 def test_graph_replays_are_the_decode_steps(report):
     name, doc, t, _ = report
     trace = read_trace(GPU / f"{name}.json.gz")
-    assert len(trace.replays()) == t["cuda_graph_replays"]
-    if t["cuda_graph_replays"]:
+    replays = trace.replays()
+    assert len(replays) == t["cuda_graph_replays"]
+    if t["cuda_graph_replays"] and not t["kind"].startswith("piecewise"):
         # every kernel of one replay shares the graph launch's correlation id
-        sizes = {len(v) for v in trace.replays().values()}
+        sizes = {len(v) for v in replays.values()}
         assert len(sizes) == 1 and sizes.pop() > t["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("name", [n for n in CAPTURES if truth(n)["kind"].startswith("piecewise")])
+def test_a_piecewise_step_is_one_pass_of_its_graphs(name):
+    """vLLM-style pieces: each decode pass holds one replay of every piece (a graph per stretch
+    between two attentions), whole, and the eager attention kernels between them."""
+    trace = read_trace(GPU / f"{name}.json.gz")
+    cls = kernel_table().classify(trace)
+    r = detect_layers(trace, "auto", cls=cls)
+    t = truth(name)
+    pieces = t["num_hidden_layers"] + 1
+    held = [np.unique(r.pass_of[kernels]) for kernels in trace.replays().values()]
+    assert all(len(p) == 1 for p in held)  # no replay is cut between two passes
+    per_pass = np.bincount(np.concatenate(held))
+    assert per_pass[0] == 0 and per_pass[1:].tolist() == [pieces] * t["decode_steps"]
+    attention = cls.type == TYPES.index("ATTENTION")
+    assert not trace.replayed()[attention].any() and (r.layer[attention] >= 0).all()
 
 
 def test_attention_and_experts_are_classified(report):
@@ -78,10 +103,10 @@ def test_attention_and_experts_are_classified(report):
     cls = kernel_table().classify(trace)
     kinds = {TYPES[c] for c in np.unique(cls.type).tolist()}
     assert "ATTENTION" in kinds, types  # cuDNN's SDPA kernels
-    assert ("MOE" in kinds) == ("moe" in t["model_type"] or "next" in t["model_type"])  # grouped GEMM experts
+    assert ("MOE" in kinds) == (t["model_type"] in EXPERTS)  # grouped GEMM experts
 
 
-@pytest.mark.parametrize("name", [n for n in CAPTURES if truth(n)["kind"] == "eager" and not truth(n)["layer_types"]])
+@pytest.mark.parametrize("name", UNIFORM)
 def test_motif_without_spans_finds_the_spans_layers(name):
     """The kernel motif, blind to the nn.Module spans, puts every kernel in the layer and the
     forward pass the spans put it in (decomposed RMSNorms, q/k norms between projections,
@@ -95,6 +120,54 @@ def test_motif_without_spans_finds_the_spans_layers(name):
     inside = spans.layer >= 0  # between two passes, sampling and the next inputs split at an idle gap either way
     assert np.array_equal(spans.pass_of[inside], motif.pass_of[inside])
     assert motif.confidence >= 0.9
+
+
+@pytest.mark.parametrize("name", EAGER)
+def test_the_search_without_spans_finds_the_spans_layers_and_passes(name):
+    """``auto``, blind to the nn.Module spans, on every eager run (a hybrid stack, dense layers
+    before MoE ones, four norms per layer, parallel residual): the spans' layer and forward pass
+    for every kernel, the lm_head and embedding between two passes too, with no warning."""
+    trace = read_trace(GPU / f"{name}.json.gz")
+    cls = kernel_table().classify(trace)
+    spans = detect_layers(trace, "ground-truth", cls=cls)
+    trace.modules, trace.annotations = Modules.empty(), Annotations.empty()
+    r = detect_layers(trace, "auto", cls=cls)
+    assert r.layers_per_pass == spans.layers_per_pass == [truth(name)["num_hidden_layers"]] * len(truth(name)["stages"])
+    assert np.array_equal(r.layer, spans.layer) and np.array_equal(r.pass_of, spans.pass_of)
+    assert r.confidence >= 0.8 and not r.warnings
+
+
+@pytest.mark.parametrize("name", EAGER)
+def test_each_model_call_is_one_forward_pass(name):
+    """What the model's outermost call launched (embedding, layers, final norm, lm_head) is one
+    pass, whatever the host stalled on between them."""
+    trace = read_trace(GPU / f"{name}.json.gz")
+    root = span_layers(trace).root
+    r = detect_layers(trace, "auto")
+    calls = np.unique(root[root >= 0])
+    assert len(calls) == len(truth(name)["stages"])
+    assert all(len(np.unique(r.pass_of[root == c])) == 1 for c in calls.tolist())
+
+
+@pytest.mark.parametrize("name", [n for n in CAPTURES if truth(n)["kind"] in ("compiled", "piecewise", "piecewise_compiled")])
+def test_the_lm_head_is_in_its_own_pass(name):
+    """Without spans: the first GEMM between a pass's last layer and the next pass's first (its
+    lm_head) is that pass's, also
+    where the host stalled before it longer than between two passes (the compiled pieces'
+    prefill)."""
+    trace = read_trace(GPU / f"{name}.json.gz")
+    cls = kernel_table().classify(trace)
+    r = detect_layers(trace, "auto", cls=cls)
+    order = np.argsort(trace.kernels.start, kind="stable")
+    q, layered, linear = r.pass_of[order], r.layer[order] >= 0, cls.type[order] == TYPES.index("LINEAR")
+    seen = 0
+    for p in range(int(q.max())):
+        last, following = int(np.flatnonzero((q == p) & layered).max()), int(np.flatnonzero((q == p + 1) & layered).min())
+        between = last + 1 + np.flatnonzero(linear[last + 1 : following])
+        if len(between):  # (a replay that ends a pass holds its lm_head in its last layer)
+            seen += 1
+            assert q[between[0]] == p, (p, int(between[0]))
+    assert seen
 
 
 @pytest.mark.xfail(strict=True, reason="a hybrid stack without GDN kernels (transformers' PyTorch fallback): the motif's "

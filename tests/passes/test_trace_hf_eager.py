@@ -29,9 +29,9 @@ def _check(path, truth, strict: bool) -> None:
     if strict:
         assert right, (r.layers_per_pass, per_pass, agreement(r.layer, layer))
         stage = kernel_stages(trace, cls, r, layer_table(trace, cls, r))
-        rows = {(t["correlation"], t["start"]): t["stage"] for t in truth["kernels"]}
-        want = np.array([STAGES.index(rows[(int(c), int(s))]) for c, s in zip(trace.kernels.correlation.tolist(),
-                                                                                 trace.kernels.start.tolist())])
+        rows = {(t["correlation"], t["start"], t["stream"]): t["stage"] for t in truth["kernels"]}
+        k = trace.kernels
+        want = np.array([STAGES.index(rows[key]) for key in zip(k.correlation.tolist(), k.start.tolist(), k.stream.tolist())])
         assert np.array_equal(stage[layer >= 0], want[layer >= 0])  # by the attention's shapes, or a replay's
     elif not right:  # a shallow model: no answer, or a doubtful one said so, never a confident wrong one
         doubts = ("no layer structure found", "another number of layers", "repeats at most", "low confidence", "in none")

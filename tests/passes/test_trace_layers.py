@@ -192,9 +192,9 @@ def generated(request, tmp_path_factory):
 def truth_columns(trace, truth: dict) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Per kernel of ``trace``, its true layer (-1 outside layers) and pass; the layers per pass."""
     k = trace.kernels
-    rows = {(t["correlation"], t["start"]): t for t in truth["kernels"]}
+    rows = {(t["correlation"], t["start"], t["stream"]): t for t in truth["kernels"]}  # (two streams of a replay may start together)
     assert len(rows) == len(truth["kernels"]) == len(k)
-    matched = [rows[(int(c), int(s))] for c, s in zip(k.correlation.tolist(), k.start.tolist())]
+    matched = [rows[key] for key in zip(k.correlation.tolist(), k.start.tolist(), k.stream.tolist())]
     layer = np.array([-1 if t["layer"] is None else t["layer"] for t in matched], np.int64)
     pass_ = np.array([t["pass"] for t in matched], np.int64)
     per_pass = [len(set(layer[(pass_ == q) & (layer >= 0)].tolist())) for q in np.unique(pass_)]

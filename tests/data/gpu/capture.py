@@ -12,6 +12,15 @@ Cases, each a class of real input:
   CUDA-graph trees.
 - `moe`: a Qwen3-MoE model eager (data-dependent expert loops: layers differ in kernels).
 - `hybrid`: a Qwen3-Next model eager (3 linear-attention layers, then 1 full-attention layer).
+- `piecewise`: vLLM's piecewise CUDA graphs, by hand on a Llama: every decode step replays one
+  CUDA graph per stretch between two attentions (n_layers + 1 of them) and runs attention eagerly.
+- `piecewise_compiled`: the same with each piece compiled by Inductor first, as vLLM does.
+- `mla`: a DeepSeek-V3 model eager (multi-head latent attention; layer 0 dense, the rest MoE with a
+  shared expert).
+- `gemma3`: a Gemma-3 text model eager (four norms per layer, GELU-tanh, five sliding-window
+  layers then one global one).
+- `neox`: a GPT-NeoX model eager (LayerNorm, fused QKV, GELU, attention and MLP in parallel off one
+  residual).
 
 Run: python capture.py OUTDIR [--cases a,b] [--device cuda] [--tiny]
 """
@@ -46,15 +55,30 @@ MODELS = {
                                       head_dim=64, linear_num_value_heads=16, linear_num_key_heads=8,
                                       linear_key_head_dim=64, linear_value_head_dim=64, vocab_size=32000,
                                       full_attention_interval=4, decoder_sparse_step=1, mlp_only_layers=[])),
+    "deepseek_v3": ("deepseek_v3", dict(hidden_size=1024, intermediate_size=2816, moe_intermediate_size=512,
+                                        n_routed_experts=16, num_experts_per_tok=4, n_shared_experts=1, n_group=4,
+                                        topk_group=2, first_k_dense_replace=1, num_hidden_layers=6,
+                                        num_attention_heads=16, num_key_value_heads=16, q_lora_rank=384,
+                                        kv_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64,
+                                        vocab_size=32000, rope_scaling=None)),
+    "gemma3": ("gemma3_text", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
+                                   num_attention_heads=8, num_key_value_heads=4, head_dim=128, sliding_window=128,
+                                   vocab_size=32000)),
+    "gpt_neox": ("gpt_neox", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
+                                  num_attention_heads=16, vocab_size=32000, use_parallel_residual=True)),
 }
 TINY = dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, shared_expert_intermediate_size=64,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_value_heads=4,
-            linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=512)
+            linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=512,
+            q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
+            sliding_window=16)
 
 
 def build(model_key: str, device: str, dtype: torch.dtype, tiny: bool):
     model_type, kw = MODELS[model_key]
-    kw = {**kw, **({k: v for k, v in TINY.items() if k in kw or k in ("head_dim",)} if tiny else {})}
+    kw = {**kw, **({k: v for k, v in TINY.items() if k in kw or (k == "head_dim" and model_key != "deepseek_v3")} if tiny else {})}
+    if model_type == "deepseek_v3":  # MLA: one key/value head per query head
+        kw["num_key_value_heads"] = kw["num_attention_heads"]
     config = AutoConfig.for_model(model_type, **kw)
     torch.manual_seed(0)
     with torch.device(device):
@@ -138,6 +162,112 @@ def run_graphed(model, config, device, batch, prompt, steps, compiled):
     return prof
 
 
+def run_piecewise(model, config, device, batch, prompt, steps, compiled=False):
+    """vLLM's piecewise CUDA graphs, by hand, on a Llama: the model is cut at each attention;
+    each stretch between two attentions (embedding to layer 0's q/k/v, one layer's output
+    projection and MLP to the next layer's q/k/v, the last one to the logits) is one CUDA graph,
+    and attention runs eagerly between the replays over a KV cache of its own. The prefill runs
+    the same pieces eagerly (vLLM graphs only decode batch sizes). `compiled`: each piece is
+    compiled by Inductor first (vLLM's default), so the graphs replay fused Triton kernels."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    inner, layers = model.model, model.model.layers
+    n, head_dim = len(layers), config.hidden_size // config.num_attention_heads
+    dtype = next(model.parameters()).dtype
+    kv_shape = (batch, config.num_key_value_heads, prompt + steps + 8, head_dim)
+    keys = [torch.zeros(kv_shape, device=device, dtype=dtype) for _ in range(n)]
+    values = [torch.zeros(kv_shape, device=device, dtype=dtype) for _ in range(n)]
+
+    def piece(i, ids, positions, residual, attn):
+        """Layer i-1's attention output to layer i's q/k/v (i == 0: from the ids; i == n: to the logits)."""
+        if i == 0:
+            x = inner.embed_tokens(ids)
+        else:
+            prev = layers[i - 1]
+            x = residual + prev.self_attn.o_proj(attn)
+            x = x + prev.mlp(prev.post_attention_layernorm(x))
+        if i == n:
+            return model.lm_head(inner.norm(x))
+        h, attention = layers[i].input_layernorm(x), layers[i].self_attn
+        shape = (*h.shape[:-1], -1, head_dim)
+        q, k, v = (proj(h).view(shape).transpose(1, 2) for proj in (attention.q_proj, attention.k_proj,
+                                                                    attention.v_proj))
+        cos, sin = inner.rotary_emb(h, positions)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        return x, q, k, v
+
+    if compiled:
+        torch._dynamo.config.cache_size_limit = 64  # one compiled piece per (index, prefill or decode)
+        piece = torch.compile(piece, fullgraph=True, dynamic=False)
+
+    def attend(i, q, k, v, start):
+        """Eager attention of layer i over its cache, the new keys and values written at `start`."""
+        end = start + q.shape[2]
+        keys[i][:, :, start:end].copy_(k)
+        values[i][:, :, start:end].copy_(v)
+        out = torch.nn.functional.scaled_dot_product_attention(q, keys[i][:, :, :end], values[i][:, :, :end],
+                                                               is_causal=q.shape[2] > 1, enable_gqa=True)
+        return out.transpose(1, 2).reshape(batch, q.shape[2], -1)
+
+    def prefill(ids, positions):
+        x, q, k, v = piece(0, ids, positions, None, None)
+        for i in range(n):
+            out = piece(i + 1, ids, positions, x, attend(i, q, k, v, 0))
+            if i + 1 < n:
+                x, q, k, v = out
+        return out
+
+    graphed = device.startswith("cuda")
+    tok = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    pos = torch.zeros(1, 1, dtype=torch.long, device=device)
+    attn_in = [torch.zeros(batch, 1, config.hidden_size, device=device, dtype=dtype) for _ in range(n)]
+    graphs, outputs = [], []
+
+    def run_piece(i, residual):
+        """Piece i of a decode step over the static inputs: its graph replayed once captured."""
+        if graphs:
+            graphs[i].replay()
+            return outputs[i]
+        return piece(i, tok, pos, residual, attn_in[i - 1] if i else None)
+
+    def decode(start):
+        """One decode step: piece 0, then each layer's eager attention and the piece after it."""
+        x, q, k, v = run_piece(0, None)
+        for i in range(n):
+            attn_in[i].copy_(attend(i, q, k, v, start))
+            out = run_piece(i + 1, x)
+            if i + 1 < n:
+                x, q, k, v = out
+        return out
+
+    with torch.no_grad():
+        ids = torch.randint(config.vocab_size, (batch, prompt), device=device)
+        prefill_pos = torch.arange(prompt, device=device)[None]
+        prefill(ids, prefill_pos)  # warm-up
+        if graphed:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    decode(prompt)
+            torch.cuda.current_stream().wait_stream(side)
+            pool = torch.cuda.graph_pool_handle()
+            for i in range(n + 1):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    outputs.append(piece(i, tok, pos, outputs[i - 1][0] if i else None, attn_in[i - 1] if i else None))
+                graphs.append(graph)
+        sync(device)
+        with profile(activities=activities(device), record_shapes=True) as prof:
+            logits = prefill(ids, prefill_pos)
+            for step in range(steps):
+                tok.copy_(logits[:, -1:].argmax(-1))
+                pos.fill_(prompt + step)
+                logits = decode(prompt + step)
+            sync(device)
+    return prof
+
+
 CASES = {
     # case: (model, kind, batch, prompt, decode steps)
     "eager": ("llama", "eager", 4, 256, 4),
@@ -145,6 +275,11 @@ CASES = {
     "compiled": ("llama", "compiled", 8, 256, 6),
     "moe": ("qwen3_moe", "eager", 4, 128, 3),
     "hybrid": ("qwen3_next", "eager", 2, 128, 3),
+    "piecewise": ("llama", "piecewise", 8, 256, 6),
+    "piecewise_compiled": ("llama", "piecewise_compiled", 8, 256, 6),
+    "mla": ("deepseek_v3", "eager", 4, 128, 3),
+    "gemma3": ("gemma3", "eager", 4, 256, 3),
+    "neox": ("gpt_neox", "eager", 4, 256, 3),
 }
 
 
@@ -166,10 +301,11 @@ def truth(config, model_key, kind, batch, prompt, steps, device, seconds) -> dic
     return {
         "model_type": config.model_type, "model": model_key, "num_hidden_layers": config.num_hidden_layers,
         "layer_types": list(layer_types) if layer_types else None,
+        "dense_layers_first": getattr(config, "first_k_dense_replace", None),
         "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
         "kind": kind, "batch": batch, "prompt_tokens": prompt,
         "stages": ["prefill"] + ["decode"] * steps, "decode_steps": steps,
-        "cuda_graph_replays": steps if kind != "eager" else 0,
+        "cuda_graph_replays": 0 if kind == "eager" else steps * (config.num_hidden_layers + 1) if kind.startswith("piecewise") else steps,
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "cuda": torch.version.cuda, "python": platform.python_version(), "capture_seconds": round(seconds, 1),
@@ -194,6 +330,8 @@ def main() -> int:
             config, model = build(model_key, args.device, dtype, args.tiny)
             if kind == "eager":
                 prof = run_eager(model, config, args.device, batch, prompt, steps, with_stack=True)
+            elif kind.startswith("piecewise"):
+                prof = run_piecewise(model, config, args.device, batch, prompt, steps, compiled=kind.endswith("compiled"))
             else:
                 prof = run_graphed(model, config, args.device, batch, prompt, steps, compiled=kind == "compiled")
             name = f"{args.prefix}_{model_key}_{kind}"
