@@ -273,14 +273,19 @@ class Trace:
         return f"Trace({self.source!r}, {self.format}, {len(self.kernels)} kernels)"
 
     # -- links -----------------------------------------------------------------------------
-    def kernel_launch(self) -> np.ndarray:
-        """For every kernel, the index of the host call that launched it, or -1. Correlation ids
-        are per process: where kernels know their process, the process must match too."""
+    def launch_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per kernel and per host launch, what links the two: the correlation id, which is per
+        process, so with the process where kernels know theirs and several processes ran (one
+        per GPU: the same ids recur in each)."""
         k, l = self.kernels, self.launches
         one_process = len(k) and len(l) and int(k.pid.min()) == int(k.pid.max()) == int(l.pid.min()) == int(l.pid.max())
         if len(k) and (k.pid >= 0).all() and not one_process:
-            return link(_process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation))
-        return link(k.correlation, l.correlation)
+            return _process_key(k.pid, k.correlation), _process_key(l.pid, l.correlation)
+        return k.correlation, l.correlation
+
+    def kernel_launch(self) -> np.ndarray:
+        """For every kernel, the index of the host call that launched it, or -1."""
+        return link(*self.launch_keys())
 
     def kernel_host(self) -> tuple[np.ndarray, np.ndarray]:
         """For every kernel, the start and the thread of the host call that launched it (-1 where
@@ -307,18 +312,21 @@ class Trace:
         memo = self.__dict__.get("_replayed")
         if memo is not None and memo[0] is self.kernels and memo[1] is self.launches:
             return cast(np.ndarray, memo[2])
-        graph = self.launches.correlation[self.graph_launch_mask()]
-        out = isin(self.kernels.correlation, graph[graph >= 0])
+        kernel_key, launch_key = self.launch_keys()
+        graph = launch_key[self.graph_launch_mask()]
+        out = isin(kernel_key, graph[graph >= 0])
         out.flags.writeable = False
         self.__dict__["_replayed"] = (self.kernels, self.launches, out)
         return out
 
     def replays(self) -> dict[int, np.ndarray]:
-        """Graph replays: launch correlation → indices of the kernels it ran, in start order."""
+        """Graph replays: launch key (``launch_keys``: the correlation id in a one-process trace)
+        → indices of the kernels it ran, in start order."""
         k = self.kernels
         idx = np.nonzero(self.replayed())[0]
-        idx = idx[group_then_start(k.correlation[idx], k.start[idx])]
-        corr = k.correlation[idx]
+        key = self.launch_keys()[0][idx]
+        order = group_then_start(key, k.start[idx])
+        idx, corr = idx[order], key[order]
         cuts = np.nonzero(np.diff(corr))[0] + 1
         return {int(group_corr[0]): group for group, group_corr in zip(np.split(idx, cuts), np.split(corr, cuts))} if len(idx) else {}
 

@@ -10,10 +10,16 @@ A profile shows the two sides apart at its edges: before the first layer of the 
 a pass's head alone; after the last layer of the last pass, a pass's tail and sampling alone.
 A kernel sequence between two passes that begins as the profile's end does is that tail, one
 that ends as the profile's start does is the next pass's head (compared by kernel type: a
-prefill runs the same tail and head as a decode step, with other GEMM tiles). The cut stays
-where it is when it lies between them; else it moves to the longest idle gap between them.
-Where an edge of the profile matches a whole sequence between two passes (the profile began
-or ended mid-pass), that edge tells nothing.
+prefill runs the same tail and head as a decode step, with other GEMM tiles). Where both are
+known the cut falls between them, at the longest idle gap; where one is, right after the tail
+or right before the head. The cut stays where it is when it already lies there. It never
+falls inside a graph replay, nor moves across a training step. Where an edge of the profile
+matches a whole sequence between two passes (the profile began or ended mid-pass), that edge
+tells nothing; where the two overlap, the edge that runs in one pass is trusted.
+
+A stall may also have made a piece of a head or tail a pass of its own (no layers, fewer
+kernels than a pass): between two passes it joins them at the cut; at the profile's edges, the
+piece that ends as the usual head (begins as the usual tail) joins the first (last) pass.
 """
 
 from __future__ import annotations

@@ -948,6 +948,7 @@ class _Columns:
     activation: np.ndarray
     replayed: np.ndarray
     gpus: list[np.ndarray | None]  #: each GPU's kernels in start order (``gpu_rows``)
+    launch: np.ndarray  #: per kernel, its launch (``Trace.launch_keys``)
     step: np.ndarray  #: per kernel, its training step (-1 for none)
 
     @classmethod
@@ -957,12 +958,12 @@ class _Columns:
         residual_add = elementwise & short_matches(trace, cls.short, _BINARY_ADD)
         activation = elementwise & short_matches(trace, cls.short, ACTIVATION)
         k = trace.kernels
-        return cls_(k, cls, residual_add, activation, trace.replayed(), gpu_rows(k.device, k.start), step)
+        return cls_(k, cls, residual_add, activation, trace.replayed(), gpu_rows(k.device, k.start), trace.launch_keys()[0], step)
 
     def settled(self, pass_of: np.ndarray, layer: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
         """``pass_of`` with the kernels between two passes' layers in the pass they belong to (``settle_edges``)."""
         k = self.kernels
-        replay = np.where(self.replayed, k.correlation, -1) if self.replayed.any() else None
+        replay = np.where(self.replayed, self.launch, -1) if self.replayed.any() else None
         return settle_edges(pass_of, layer, self.cls.type, k.start, k.end, self.gpus, fixed, self.step, replay)
 
     def at(self, idx: np.ndarray) -> _Pass:

@@ -101,20 +101,28 @@ def _fill_threads(tid: np.ndarray, group: np.ndarray, start: np.ndarray) -> np.n
 
 def _segments(trace: Trace) -> np.ndarray:
     """Per kernel: 2n + 1 for the kernels of the n-th graph replay, 2n for the eager kernels
-    between the (n-1)-th and n-th replays."""
+    between the (n-1)-th and n-th replays of their GPU (another GPU's replays cut nothing)."""
     k = trace.kernels
     out = np.full(len(k), -1, np.int64)
     replayed = np.flatnonzero(trace.replayed())
-    launches, replay_of = unique_inverse(k.correlation[replayed])  # a replay per graph launch
+    launches, replay_of = unique_inverse(trace.launch_keys()[0][replayed])  # a replay per graph launch
     starts = np.full(len(launches), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(starts, replay_of, k.start[replayed])  # each replay's first start
     order = np.argsort(starts, kind="stable")  # replays in time order (ties: by launch)
     n = np.empty(len(order), np.int64)
     n[order] = np.arange(len(order))
     out[replayed] = 2 * n[replay_of] + 1
-    starts = starts[order]
-    eager = out < 0
-    out[eager] = 2 * np.searchsorted(starts, k.start[eager], side="right")
+    eager = np.flatnonzero(out < 0)
+    if not len(order) or not len(eager):
+        return out
+    gpu = np.zeros(len(launches), k.device.dtype)
+    gpu[replay_of] = k.device[replayed]
+    gpus = unique(k.device)
+    for d in gpus.tolist():  # the eager kernels after each of their GPU's replays: the segment after it
+        mine = order[gpu[order] == d] if len(gpus) > 1 else order
+        at = eager[k.device[eager] == d] if len(gpus) > 1 else eager
+        before = np.searchsorted(starts[mine], k.start[at], side="right")  # this GPU's replays started before each
+        out[at] = np.where(before > 0, 2 * n[mine[np.maximum(before - 1, 0)]] + 2, 0)
     return out
 
 

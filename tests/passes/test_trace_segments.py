@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
+from layerc.backends.synth import nsys as gen_nsys
+from layerc.grammar.traces import read_trace
+from layerc.passes.trace_layers import detect_layers
 from layerc.passes.trace_segments import _fill_threads, _waits
 
 KERNELS = st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 3), st.integers(0, 20)))  # (thread, group, start)
@@ -40,3 +43,19 @@ def test_waits_of_spans_are_the_whole_columns(kernels, data):
                                max_size=6))
     for (lo, hi), got in zip(spans, _waits(start, end, spans)):
         assert got.tolist() == whole[lo:hi].tolist()
+
+
+@settings(max_examples=12, deadline=None)
+@given(devices=st.integers(2, 4), model=st.sampled_from(["llama", "deepseek_v3"]), layers=st.integers(3, 8),
+       replays=st.integers(1, 4), eager_steps=st.integers(0, 2), seed=st.integers(0, 2**16))
+def test_each_gpu_of_an_nsys_export_has_its_own_passes(tmp_path_factory, devices, model, layers, replays, eager_steps, seed):
+    """One process per GPU, each replaying its own graphs with the same correlation ids as the
+    others: a GPU's eager prefill is not cut where another GPU's replay began, and no replay is
+    joined to another process's by its correlation id. Every pass has the model's layers."""
+    path = tmp_path_factory.mktemp("nsys") / "n.sqlite"
+    gen_nsys.generate(path, model=model, layers=layers, replays=replays, eager_steps=eager_steps, devices=devices, seed=seed)
+    trace = read_trace(path)
+    r = detect_layers(trace, "auto")
+    assert r.layers_per_pass == [layers] * (devices * (replays + eager_steps)), r.warnings
+    assert len(trace.replays()) == devices * replays
+    assert all(len(np.unique(trace.kernels.device[r.pass_of == p])) == 1 for p in range(len(r.layers_per_pass)))
