@@ -29,7 +29,12 @@ def truth(name: str) -> dict:
 EAGER = [n for n in CAPTURES if truth(n)["kind"] == "eager"]
 #: eager runs whose layers all run one kernel sequence (no layer kinds, no dense layers first)
 UNIFORM = [n for n in EAGER if not truth(n)["layer_types"] and not truth(n).get("dense_layers_first")]
-EXPERTS = ("qwen3_moe", "qwen3_next", "deepseek_v3")
+EXPERTS = ("qwen3_moe", "qwen3_next", "deepseek_v3", "gpt_oss")
+#: attention through transformers' eager path (matmuls and a softmax: no attention kernel, and
+#: 3-d batched matmul shapes that do not say queries from keys)
+EAGER_ATTENTION = ("gpt_oss",)
+#: Mamba-2 layers through transformers' PyTorch path: no kernel of theirs is known to be a mixer
+PYTORCH_MAMBA = ("bamba",)
 
 
 @pytest.fixture(scope="module", params=CAPTURES)
@@ -43,7 +48,7 @@ def report(request, tmp_path_factory):
 
 
 def test_the_captures_are_all_here():
-    assert len(CAPTURES) == 10 and all((GPU / f"{n}.json.gz").is_file() for n in CAPTURES)
+    assert len(CAPTURES) == 12 and all((GPU / f"{n}.json.gz").is_file() for n in CAPTURES)
 
 
 def test_every_forward_pass_has_the_models_layers(report):
@@ -54,9 +59,14 @@ def test_every_forward_pass_has_the_models_layers(report):
 
 
 def test_each_pass_has_the_stage_it_ran(report):
+    """The stage of every pass, or, where no kernel's name or attention op's shapes tell it
+    (eager attention), unknown for every kernel: never a wrong one."""
     name, doc, t, _ = report
     rows = [p for p in doc["passes"] if p["layers"]] if "passes" in doc else None
     stages = [p["stage"] for p in rows] if rows is not None else _pass_stages(doc)
+    if t["model_type"] in EAGER_ATTENTION:
+        assert set(stages) == {"unknown"} and doc["unknown_stage_pct"] == 100, (name, stages, doc["unknown_stage_pct"])
+        return
     assert stages == t["stages"], name
     assert doc["unknown_stage_pct"] == 0
 
@@ -102,7 +112,7 @@ def test_attention_and_experts_are_classified(report):
     trace = read_trace(GPU / f"{name}.json.gz")
     cls = kernel_table().classify(trace)
     kinds = {TYPES[c] for c in np.unique(cls.type).tolist()}
-    assert "ATTENTION" in kinds, types  # cuDNN's SDPA kernels
+    assert ("ATTENTION" in kinds) == (t["model_type"] not in EAGER_ATTENTION), types  # cuDNN's SDPA kernels
     assert ("MOE" in kinds) == (t["model_type"] in EXPERTS)  # grouped GEMM experts
 
 
@@ -122,7 +132,7 @@ def test_motif_without_spans_finds_the_spans_layers(name):
     assert motif.confidence >= 0.9
 
 
-@pytest.mark.parametrize("name", EAGER)
+@pytest.mark.parametrize("name", [n for n in EAGER if truth(n)["model_type"] not in PYTORCH_MAMBA])
 def test_the_search_without_spans_finds_the_spans_layers_and_passes(name):
     """``auto``, blind to the nn.Module spans, on every eager run (a hybrid stack, dense layers
     before MoE ones, four norms per layer, parallel residual): the spans' layer and forward pass
@@ -135,6 +145,19 @@ def test_the_search_without_spans_finds_the_spans_layers_and_passes(name):
     assert r.layers_per_pass == spans.layers_per_pass == [truth(name)["num_hidden_layers"]] * len(truth(name)["stages"])
     assert np.array_equal(r.layer, spans.layer) and np.array_equal(r.pass_of, spans.pass_of)
     assert r.confidence >= 0.8 and not r.warnings
+
+
+@pytest.mark.parametrize("name", [n for n in EAGER if truth(n)["model_type"] in PYTORCH_MAMBA])
+def test_mamba_layers_without_spans_are_no_confident_answer(name):
+    """Known limit: Mamba-2 through transformers' PyTorch path runs its scan as dozens of generic
+    elementwise, reduction and matmul kernels, none known as a mixer, and the layers' kernels
+    differ by kind: without spans no layer structure is claimed (or only with a warning)."""
+    trace = read_trace(GPU / f"{name}.json.gz")
+    trace.modules, trace.annotations = Modules.empty(), Annotations.empty()
+    r = detect_layers(trace, "auto")
+    assert r.strategy == "none" or r.warnings
+    with_spans = detect_layers(read_trace(GPU / f"{name}.json.gz"), "auto")
+    assert with_spans.layers_per_pass == [truth(name)["num_hidden_layers"]] * len(truth(name)["stages"])
 
 
 @pytest.mark.parametrize("name", EAGER)

@@ -19,6 +19,10 @@ Cases, each a class of real input:
   shared expert).
 - `gemma3`: a Gemma-3 text model eager (four norms per layer, GELU-tanh, five sliding-window
   layers then one global one).
+- `gptoss`: a gpt-oss model eager (attention sinks through the eager attention: matmuls and a
+  softmax, no attention kernel; alternating sliding and full layers; MoE).
+- `mamba`: a Bamba model eager (Mamba-2 layers through transformers' PyTorch path, attention in
+  layers 2 and 5).
 - `neox`: a GPT-NeoX model eager (LayerNorm, fused QKV, GELU, attention and MLP in parallel off one
   residual).
 
@@ -66,7 +70,18 @@ MODELS = {
                                    vocab_size=32000)),
     "gpt_neox": ("gpt_neox", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
                                   num_attention_heads=16, vocab_size=32000, use_parallel_residual=True)),
+    "gpt_oss": ("gpt_oss", dict(hidden_size=1024, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=16,
+                                num_key_value_heads=4, head_dim=64, num_local_experts=16, num_experts_per_tok=4,
+                                sliding_window=128, vocab_size=32000)),
+    "bamba": ("bamba", dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=16,
+                            num_key_value_heads=4, attn_layer_indices=[2, 5], mamba_n_heads=32, mamba_d_head=64,
+                            mamba_d_state=64, mamba_n_groups=1, mamba_expand=2, mamba_chunk_size=64, vocab_size=32000)),
 }
+#: what a tiny model of these needs besides ``TINY`` (sizes that must agree with each other)
+TINY_MORE = {"bamba": dict(mamba_n_heads=4, mamba_d_head=64, mamba_d_state=16, mamba_chunk_size=16),
+             "gpt_oss": dict(intermediate_size=128)}
+#: attention for models whose SDPA path does not cover them (gpt-oss's attention sinks)
+ATTENTION = {"gpt_oss": "eager"}
 TINY = dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, shared_expert_intermediate_size=64,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_value_heads=4,
             linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=512,
@@ -77,12 +92,13 @@ TINY = dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, sh
 def build(model_key: str, device: str, dtype: torch.dtype, tiny: bool):
     model_type, kw = MODELS[model_key]
     kw = {**kw, **({k: v for k, v in TINY.items() if k in kw or (k == "head_dim" and model_key != "deepseek_v3")} if tiny else {})}
+    kw = {**kw, **(TINY_MORE.get(model_key, {}) if tiny else {})}
     if model_type == "deepseek_v3":  # MLA: one key/value head per query head
         kw["num_key_value_heads"] = kw["num_attention_heads"]
     config = AutoConfig.for_model(model_type, **kw)
     torch.manual_seed(0)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTENTION.get(model_key, "sdpa"))
     return config, model.to(dtype).eval()
 
 
@@ -280,6 +296,8 @@ CASES = {
     "mla": ("deepseek_v3", "eager", 4, 128, 3),
     "gemma3": ("gemma3", "eager", 4, 256, 3),
     "neox": ("gpt_neox", "eager", 4, 256, 3),
+    "gptoss": ("gpt_oss", "eager", 4, 128, 3),
+    "mamba": ("bamba", "eager", 2, 128, 3),
 }
 
 
@@ -302,6 +320,7 @@ def truth(config, model_key, kind, batch, prompt, steps, device, seconds) -> dic
         "model_type": config.model_type, "model": model_key, "num_hidden_layers": config.num_hidden_layers,
         "layer_types": list(layer_types) if layer_types else None,
         "dense_layers_first": getattr(config, "first_k_dense_replace", None),
+        "attention_layers": getattr(config, "attn_layer_indices", None),
         "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
         "kind": kind, "batch": batch, "prompt_tokens": prompt,
         "stages": ["prefill"] + ["decode"] * steps, "decode_steps": steps,
