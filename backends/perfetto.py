@@ -58,7 +58,7 @@ import numpy as np
 from layerc.ir.diagnostics import LayercError
 from layerc.backends.outputs import atomic_path, open_staged
 from layerc.backends.pb_columns import Rows, join
-from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, group_order, link, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, group_order, link, ragged, unique, unique_inverse
 
 #: The one packet sequence every packet is written on.
 SEQUENCE_ID = 0x6C63
@@ -1014,7 +1014,7 @@ class _ProtoWriter:
             ints((_A_CORRELATION, ll.correlation[b]), (_A_EXTERNAL, ll.external_id[b]))
             many = off[b + 1] - off[b]
             if many.any():
-                inside = np.arange(int(many.sum())) - np.repeat(np.cumsum(many) - many, many)
+                inside = ragged(many)[1]
                 te.repeated_fixed64("flow_ids", lay.launch_flows[np.repeat(off[b], many) + inside].astype(np.int64), many)
             return None
         if k == K_CPU_OP:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Self, cast
+from typing import Any, Callable, ClassVar, Iterator, Self, TypeVar, cast
 
 import numpy as np
 
@@ -111,6 +111,7 @@ class Table:
 
 
 _I64, _I32 = "int64", "int32"
+_T = TypeVar("_T")
 
 
 @dataclass(eq=False, repr=False)
@@ -273,10 +274,23 @@ class Trace:
         return f"Trace({self.source!r}, {self.format}, {len(self.kernels)} kernels)"
 
     # -- links -----------------------------------------------------------------------------
+    def _made(self, name: str, make: Callable[[], _T]) -> _T:
+        """``make()``, made once while the kernel and launch tables are the same (what the links
+        derive from them is asked for by the passes, the segments and the report alike)."""
+        memo = self.__dict__.get(name)
+        if memo is not None and memo[0] is self.kernels and memo[1] is self.launches:
+            return cast(_T, memo[2])
+        out = make()
+        self.__dict__[name] = (self.kernels, self.launches, out)
+        return out
+
     def launch_keys(self) -> tuple[np.ndarray, np.ndarray]:
         """Per kernel and per host launch, what links the two: the correlation id, which is per
         process, so with the process where kernels know theirs and several processes ran (one
         per GPU: the same ids recur in each)."""
+        return self._made("memo: launch keys", self._launch_keys)
+
+    def _launch_keys(self) -> tuple[np.ndarray, np.ndarray]:
         k, l = self.kernels, self.launches
         one_process = len(k) and len(l) and int(k.pid.min()) == int(k.pid.max()) == int(l.pid.min()) == int(l.pid.max())
         if len(k) and (k.pid >= 0).all() and not one_process:
@@ -309,14 +323,13 @@ class Trace:
         """Per kernel: whether a graph launch ran it (a CUDA/HIP graph replay). Read-only, and
         made once while the kernel and launch tables are the same (a trace's passes and report
         ask it half a dozen times: a search of every kernel's correlation id each)."""
-        memo = self.__dict__.get("_replayed")
-        if memo is not None and memo[0] is self.kernels and memo[1] is self.launches:
-            return cast(np.ndarray, memo[2])
+        return self._made("memo: replayed", self._replayed)
+
+    def _replayed(self) -> np.ndarray:
         kernel_key, launch_key = self.launch_keys()
         graph = launch_key[self.graph_launch_mask()]
         out = isin(kernel_key, graph[graph >= 0])
         out.flags.writeable = False
-        self.__dict__["_replayed"] = (self.kernels, self.launches, out)
         return out
 
     def replays(self) -> dict[int, np.ndarray]:
@@ -398,6 +411,12 @@ def ascending(values: np.ndarray) -> bool:
     """Whether a column never decreases (the IR's start order): neighbours compared, no diff
     column made."""
     return not (values[1:] < values[:-1]).any()
+
+
+def ragged(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows of ``lengths`` laid end to end, per element: its row and its place in the row."""
+    total = int(lengths.sum())
+    return np.repeat(np.arange(len(lengths)), lengths), np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
 
 def distinct(ids: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from collections import Counter
 
 import numpy as np
 
-from layerc.ir.trace import ascending, unique
+from layerc.ir.trace import ascending, ragged, unique
 
 
 def gpu_rows(device: np.ndarray, start: np.ndarray) -> list[np.ndarray | None]:
@@ -131,20 +131,19 @@ def _settle(q: np.ndarray, layer: np.ndarray, kind: np.ndarray, start: np.ndarra
             continue
         out = q.copy() if out is None else out
         out[a : a + cut], out[a + cut : b] = first, second
-    ends = _join_ends(q if out is None else out, lay, kind, lo, hi, layered, sizes < usual, step)
+    ends = None if lead_alone and trail_alone else _join_ends(q if out is None else out, lay, kind, lo, hi, layered,
+                                                              sizes < usual, step)
     return ends if ends is not None else out
 
 
 def _join_ends(q: np.ndarray, lay: np.ndarray, kind: np.ndarray, lo: np.ndarray, hi: np.ndarray, layered: np.ndarray,
                small: np.ndarray, step: np.ndarray | None) -> np.ndarray | None:
     """The first pass's head and the last one's tail, where a host stall left a piece of them a
-    pass of its own: the kernels before the first layer up to the start of the usual head
+    pass of its own (the kernels before the first layer, or after the last, are not all theirs): the kernels before the first layer up to the start of the usual head
     between two passes (by type), and those after the last layer up to the end of the usual
     tail, join their pass (from a pass without layers, smaller than the usual pass, in the same
     training step)."""
     first, last = int(q[lay[0]]), int(q[lay[-1]])
-    if (q[: lay[0]] == first).all() and (q[lay[-1] + 1 :] == last).all():
-        return None
     now, foreign = _now(q, lo, hi)
     clean = np.flatnonzero((now >= 0) & ~foreign)
     if not len(clean):
@@ -192,8 +191,7 @@ def _now(q: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.
     """Per region ``[lo, hi)``: how many of its kernels lie in the pass before it, counted from
     its start (-1 where the two passes interleave), and whether another pass has kernels in it."""
     n = hi - lo
-    owner = np.repeat(np.arange(len(lo)), n)
-    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    owner, offset = ragged(n)
     here = q[np.repeat(lo, n) + offset]
     earlier, later = here == q[np.repeat(lo - 1, n)], here == q[np.repeat(hi, n)]
     count = np.bincount(owner, weights=earlier, minlength=len(lo)).astype(np.int64)
@@ -209,8 +207,7 @@ def _matched(kind: np.ndarray, lo: np.ndarray, hi: np.ndarray, edge: np.ndarray,
     if not len(edge):
         return np.zeros(len(lo), np.int64)
     n = np.minimum(size, len(edge))
-    owner = np.repeat(np.arange(len(lo)), n)
-    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    owner, offset = ragged(n)
     if from_end:
         same = kind[np.repeat(hi, n) - 1 - offset] == edge[len(edge) - 1 - offset]
     else:
