@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -271,6 +271,11 @@ class Rows:
             mine = _both(present, field[-1])
             if kind == "message":  # its length, then its fields
                 inner, inner_size = field[2]._parts(mine)
+                small = _small_message(field[1], inner, inner_size, mine)
+                if small is not None:
+                    parts.append(small)
+                    total += small.size
+                    continue
                 head = _varint(field[1], inner_size, mine)
                 parts += [head, *inner]
                 total += head.size + inner_size
@@ -360,6 +365,34 @@ def _varint(tag: bytes, values: np.ndarray, present: np.ndarray | None) -> _Bloc
 
 def _nothing(view: np.ndarray) -> None:
     pass
+
+
+def _small_message(tag: bytes, inner: list[_Block | _Ragged], size: np.ndarray, present: np.ndarray | None) -> _Block | None:
+    """An embedded message as one block (its tag, a one-byte length, its fields), where its
+    bytes lie side by side in a row with no gap: each field but the last is as wide as its block
+    wherever the message is, and every message is under 128 bytes (a debug annotation: a name
+    id and a value). None where that is not so: the message's blocks are then laid out apart."""
+    if not inner or not all(isinstance(b, _Block) for b in inner):
+        return None
+    blocks = cast("list[_Block]", inner)
+    rows = slice(None) if present is None else present
+    for b in blocks[:-1]:
+        if b.width and not (b.size[rows] == b.width).all():
+            return None
+    if len(size) and int(size.max()) >= 128:
+        return None
+    t = len(tag)
+    width = t + 1 + sum(b.width for b in blocks)
+
+    def fill(view: np.ndarray) -> None:
+        view[:t] = np.frombuffer(tag, np.uint8)[:, None]
+        view[t] = size.astype(np.uint8)
+        at = t + 1
+        for b in blocks:
+            b.fill(view[at: at + b.width])
+            at += b.width
+    whole = size.astype(np.uint8) + np.uint8(t + 1)
+    return _Block(whole if present is None else whole * present.view(np.uint8), width, fill)
 
 
 def _fixed64(tag: bytes, values: np.ndarray, present: np.ndarray | None) -> _Block:

@@ -748,15 +748,33 @@ def _unique_rows(*cols: np.ndarray) -> tuple[list[tuple], np.ndarray]:
     n = len(cols[0])
     if n == 0:
         return [], np.empty(0, np.int64)
-    key = np.zeros(n, np.int64)
-    for c in cols:
-        u, inv = unique_inverse(c)
-        key = unique_inverse(key * len(u) + inv)[1]  # kept dense (no overflow)
+    key = _packed(cols)
+    if key is not None:  # the columns' ranges fit one int64: one pass over one key
+        key = unique_inverse(key)[1]
+    else:
+        key = np.zeros(n, np.int64)
+        for c in cols:
+            u, inv = unique_inverse(c)
+            key = unique_inverse(key * len(u) + inv)[1]  # kept dense (no overflow)
     count = int(key.max()) + 1
     some = np.empty(count, np.int64)
     some[key] = np.arange(n)  # a row of each group (its rows are alike)
     rows = list(zip(*(c[some].tolist() for c in cols)))
     return rows, key
+
+
+def _packed(cols: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """The columns side by side in one int64 key (each less its least value, in as many bits as
+    its range needs), or None where the ranges need more than 62 bits together."""
+    spans = [(int(c.min()), int(c.max())) for c in cols]
+    bits = [(hi - lo).bit_length() for lo, hi in spans]
+    if sum(bits) > 62:
+        return None
+    key = np.zeros(len(cols[0]), np.int64)
+    for c, (lo, _), b in zip(cols, spans, bits):
+        key <<= b
+        key |= c.astype(np.int64, copy=False) - lo
+    return key
 
 
 def _triple_iids(names: _Names, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:

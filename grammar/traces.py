@@ -25,6 +25,7 @@ def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
     table in start order."""
     trace = _read(path, kinds)
     trace.drop_invalid()
+    trace.compact()
     trace.in_start_order()
     if len(trace.kernels) >= RELEASE_FROM:
         inputs.release_freed()

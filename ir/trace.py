@@ -84,13 +84,22 @@ class Table:
 
     @classmethod
     def from_columns(cls, columns: dict[str, Any]) -> Self:
-        """Missing columns are filled with -1 (integers) of the right length."""
+        """Missing columns are -1 (integers) in every row, held once (``constant``)."""
         n = len(next(iter(columns.values()))) if columns else 0
         out: dict[str, np.ndarray] = {}
         for name, dtype in cls.COLUMNS.items():
             col = columns.get(name)
-            out[name] = np.full(n, NONE, dtype) if col is None else np.asarray(col, dtype=dtype)
+            out[name] = constant(NONE, n, dtype) if col is None else np.asarray(col, dtype=dtype)
         return cls(**out)
+
+    def compact(self) -> None:
+        """Each column of one value in every row (a one-GPU trace's device, a profiler's absent
+        field) held once, as ``constant`` does: such columns are a third of a Kineto kernel's
+        bytes. Readers call this once."""
+        for name in self.COLUMNS:
+            col = getattr(self, name)
+            if len(col) > 1 and not is_constant(col) and col[0] == col[-1] and not (col != col[0]).any():
+                setattr(self, name, constant(col[0], len(col), col.dtype))
 
     def __len__(self) -> int:
         return len(getattr(self, next(iter(self.COLUMNS))))
@@ -98,16 +107,35 @@ class Table:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} rows)"
 
-    def take(self, index: np.ndarray) -> Self:
-        """The rows selected by a boolean mask or an index array, as a new table."""
-        return type(self)(**{name: getattr(self, name)[index] for name in self.COLUMNS})
+    def take(self, index: np.ndarray | slice) -> Self:
+        """The rows selected by a boolean mask, an index array or a slice, as a new table (a
+        constant column stays one)."""
+        cols = {name: getattr(self, name) for name in self.COLUMNS}
+        n = len(np.empty(len(self), np.bool_)[index]) if any(is_constant(c) for c in cols.values()) else 0
+        return type(self)(**{name: constant(c[0], n, c.dtype) if is_constant(c) and n else c[index] for name, c in cols.items()})
 
     def concat(self, other: Self) -> Self:
-        return type(self)(**{name: np.concatenate([getattr(self, name), getattr(other, name)]) for name in self.COLUMNS})
+        cols = {}
+        for name in self.COLUMNS:
+            a, b = getattr(self, name), getattr(other, name)
+            same = is_constant(a) and is_constant(b) and a[0] == b[0]
+            cols[name] = constant(a[0], len(a) + len(b), a.dtype) if same else np.concatenate([a, b])
+        return type(self)(**cols)
 
     @property
     def duration(self) -> np.ndarray:
         return cast(np.ndarray, self.end - self.start)  # type: ignore[attr-defined]
+
+
+def constant(value: Any, n: int, dtype: Any) -> np.ndarray:
+    """A column of ``n`` rows of one value, held once: read-only (a write raises, where it would
+    write every row), no memory per row."""
+    return np.broadcast_to(np.array(value, dtype), (n,))
+
+
+def is_constant(col: np.ndarray) -> bool:
+    """Whether ``col`` is one value held once (``constant``)."""
+    return col.ndim == 1 and len(col) > 1 and col.strides[0] == 0
 
 
 _I64, _I32 = "int64", "int32"
@@ -367,6 +395,11 @@ class Trace:
                 self.warnings.append(f"{n} {table_name} left out: {reason} (the first at event/row {row})")
         if dropped:
             self.meta["dropped"] = dropped
+
+    def compact(self) -> None:
+        """Every table's columns of one value held once (``Table.compact``)."""
+        for table_name in _TABLE_NAMES:
+            getattr(self, table_name).compact()
 
     def in_start_order(self) -> None:
         """Every table's rows in start order (a stable sort, ties in file order), the order the

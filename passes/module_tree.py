@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
-from layerc.ir.trace import ANNOTATION_GPU, Trace, isin, median, unique
+from layerc.ir.trace import ANNOTATION_GPU, Trace, isin, median, unique, unique_inverse
 
 _MODULE = re.compile(r"^nn\.Module: (\w+?)_(\d+)$")
 #: a module path with a numbered entry: the class is the path before the first number
@@ -86,24 +87,44 @@ class _Table:
 
 def _read(trace: Trace) -> _Table | None:
     """Module spans: ``nn.Module`` spans when there are any, else host ranges named by a module path."""
-    rows: list[tuple[str, int, int, int, int]] = []
-    m = trace.modules
-    for i in range(len(m)):
-        hit = _MODULE.match(trace.strings[int(m.name[i])] or "")
-        if hit and len(hit.group(2)) <= MAX_DIGITS:
-            rows.append((hit.group(1), int(hit.group(2)), int(m.start[i]), int(m.end[i]), int(m.tid[i])))
-    if not rows:
-        a = trace.annotations
-        for i in np.nonzero(a.kind != ANNOTATION_GPU)[0].tolist():  # host ranges: launches happen inside them
-            hit = _PATH.search(trace.strings[int(a.name[i])] or "")
-            if hit and len(hit.group(2)) <= MAX_DIGITS:
-                rows.append((hit.group(1), int(hit.group(2)), int(a.start[i]), int(a.end[i]), int(a.tid[i])))
-    if not rows:
+    m, a = trace.modules, trace.annotations
+    found = _named(trace, m.name, _MODULE.match)
+    if found is not None:
+        rows, classes, inst, which = found
+        start, end, tid = m.start[rows], m.end[rows], m.tid[rows]
+    else:
+        host = np.nonzero(a.kind != ANNOTATION_GPU)[0]  # host ranges: launches happen inside them
+        found = _named(trace, a.name[host], _PATH.search)
+        if found is None:
+            return None
+        rows, classes, inst, which = found
+        start, end, tid = a.start[host[rows]], a.end[host[rows]], a.tid[host[rows]]
+    names = sorted(set(classes))
+    order = {c: j for j, c in enumerate(names)}
+    cls = np.array([order[c] for c in classes], np.int64)[which]
+    return _Table(cls, inst, start.astype(np.int64), end.astype(np.int64), tid.astype(np.int64), names)
+
+
+def _named(trace: Trace, name: np.ndarray, match: Callable[[str], re.Match[str] | None]
+           ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray] | None:
+    """The rows whose name ``match`` takes (class and instance: groups 1 and 2), each distinct
+    name matched once: the rows, the classes matched (one per distinct name), and per row its
+    instance number and which of those classes it has. None where no row matches."""
+    if not len(name):
         return None
-    names = sorted({r[0] for r in rows})
-    ids = {c: j for j, c in enumerate(names)}
-    cols = np.array([(ids[r[0]], *r[1:]) for r in rows], np.int64).reshape(-1, 5)
-    return _Table(cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], cols[:, 4], names)
+    ids, inverse = unique_inverse(name)
+    classes: list[str] = []
+    number = np.full(len(ids), -1, np.int64)
+    which = np.full(len(ids), -1, np.int64)
+    for j, s in enumerate(ids.tolist()):
+        hit = match(trace.strings[s] or "")
+        if hit and len(hit.group(2)) <= MAX_DIGITS:
+            number[j], which[j] = int(hit.group(2)), len(classes)
+            classes.append(hit.group(1))
+    rows = np.nonzero(which[inverse] >= 0)[0]
+    if not len(rows):
+        return None
+    return rows, classes, number[inverse[rows]], which[inverse[rows]]
 
 
 def span_layers(trace: Trace, heavy: np.ndarray | None = None, host: tuple[np.ndarray, np.ndarray] | None = None) -> Spans | None:

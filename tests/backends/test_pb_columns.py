@@ -166,3 +166,30 @@ def _one(rows: Rows, r: int) -> bytes:
     from layerc.backends.pb_columns import join
 
     return bytes(join([rows.pieces()], np.array([0]), np.array([r])))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), INT64, st.text(max_size=70)), max_size=20), st.integers(1, 1 << 20))
+def test_small_messages_laid_out_as_one_block_encode_as_the_library_does(rows, iid):
+    """An embedded message whose fields lie side by side with no gap (a constant name id, then
+    one value of any size: the writer's debug annotations) is laid out as one block, under 128
+    bytes; one of 128 or more (a long name), or absent from some rows, is encoded all the same."""
+    n = len(rows)
+    has = np.array([h for h, _, _ in rows], bool)
+    values = np.array([v for _, v, _ in rows], np.int64)
+    te = Rows(pb.TrackEvent.DESCRIPTOR, n)
+    te.message("debug_annotations", Rows(pb.DebugAnnotation.DESCRIPTOR, n).varint("name_iid", iid).varint("int_value", values), has)
+    te.message("debug_annotations", Rows(pb.DebugAnnotation.DESCRIPTOR, n).varint("int_value", values))
+    blobs = [pb.TrackEvent(debug_annotations=[pb.DebugAnnotation(name=t)]).SerializeToString() for _, _, t in rows]
+    te.encoded(pb.TrackEvent.DESCRIPTOR.fields_by_name["debug_annotations"].number, blobs, np.arange(n))
+    te.varint("track_uuid", values)
+    want = pb.Trace()
+    for h, v, t in rows:
+        e = want.packet.add().track_event
+        if h:
+            e.debug_annotations.add(name_iid=iid, int_value=v)
+        e.debug_annotations.add(int_value=v)
+        e.debug_annotations.add(name=t)
+        e.track_uuid = v & ((1 << 64) - 1)
+    got = Rows(pb.Trace.DESCRIPTOR, n).message("packet", Rows(pb.TracePacket.DESCRIPTOR, n).message("track_event", te)).tobytes()
+    assert got == want.SerializeToString()

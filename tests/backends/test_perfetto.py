@@ -683,3 +683,16 @@ def test_rows_are_ordered_as_the_lexsort_orders_them(rows):
     for order in (np.arange(len(rows)), np.argsort(s, kind="stable")):
         gg, ss, ee = g[order], s[order], e[order]
         assert np.array_equal(pf._by_group_start(gg, ss, ee), np.lexsort((-ee, ss, gg)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([(-1, 5), (-(1 << 40), 1 << 40), (-(1 << 63), (1 << 63) - 1)]), st.data())
+def test_distinct_rows_are_numpy_s(width, bounds, data):
+    """``_unique_rows`` gives ``np.unique(axis=0)``'s rows and inverse, whether the columns fit one
+    packed key (grids, devices and streams) or span too wide a range together."""
+    n = data.draw(st.integers(1, 40))
+    cols = [np.array(data.draw(st.lists(st.integers(*bounds), min_size=n, max_size=n)), np.int64) for _ in range(width)]
+    rows, key = pf._unique_rows(*cols)
+    want, inverse = np.unique(np.stack(cols, 1), axis=0, return_inverse=True)
+    assert rows == [tuple(r) for r in want.tolist()]
+    assert key.tolist() == inverse.reshape(-1).tolist()

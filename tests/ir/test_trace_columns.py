@@ -100,3 +100,54 @@ def test_group_then_start_is_lexsort(rows, in_start_order):
     group = np.array([g for g, _ in rows], np.int64)
     start = np.array([s for _, s in rows], np.int64)
     assert group_then_start(group, start).tolist() == np.lexsort((start, group)).tolist()
+
+
+@given(st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 1 << 40)), max_size=30), st.data())
+def test_constant_columns_are_held_once_and_read_as_before(rows, data):
+    """``compact`` holds a column of one value once (a one-GPU trace's device, an absent field);
+    every row reads as before, a selection, a slice or a join keeps what is constant constant,
+    and a write into one raises instead of changing every row."""
+    import pytest
+
+    from layerc.ir.trace import Kernels, is_constant
+
+    k = Kernels.from_columns({"start": np.array([t for _, t in rows], np.int64), "device": np.array([d for d, _ in rows], np.int32),
+                              "stream": np.full(len(rows), 7, np.int64)})
+    before = {c: getattr(k, c).copy() for c in k.COLUMNS}
+    k.compact()
+    for c in k.COLUMNS:
+        col = getattr(k, c)
+        assert col.dtype == before[c].dtype and np.array_equal(col, before[c])
+        assert is_constant(col) == (len(rows) > 1 and len(set(before[c].tolist())) == 1)
+    if len(rows) > 1:
+        assert is_constant(k.graph_id) and is_constant(k.stream) and k.stream.nbytes == 8 * len(rows)  # (nbytes counts rows)
+        assert k.stream.base is not None and k.stream.base.nbytes == 8
+        with pytest.raises(ValueError):
+            k.stream[0] = 1
+    pick = data.draw(st.sampled_from(["mask", "index", "slice"]))
+    index = (np.array(data.draw(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows))), bool) if pick == "mask" else
+             np.array(data.draw(st.lists(st.integers(0, max(len(rows) - 1, 0)), max_size=10 if rows else 0)), np.int64) if pick == "index" else
+             slice(data.draw(st.integers(0, 5)), data.draw(st.integers(0, 40))))
+    taken = k.take(index)
+    for c in k.COLUMNS:
+        assert np.array_equal(getattr(taken, c), before[c][index]) and getattr(taken, c).dtype == before[c].dtype
+    joined = k.concat(taken)
+    for c in k.COLUMNS:
+        assert np.array_equal(getattr(joined, c), np.concatenate([before[c], before[c][index]]))
+        a, b = getattr(k, c), getattr(taken, c)
+        if is_constant(a) and is_constant(b) and a[0] == b[0]:
+            assert is_constant(getattr(joined, c))
+
+
+def test_a_read_trace_holds_its_constant_columns_once():
+    """A one-GPU Kineto capture: its device, and the graph ids Kineto does not record, are
+    held once after reading; what varies is not."""
+    from pathlib import Path
+
+    from layerc.grammar.traces import read_trace
+    from layerc.ir.trace import is_constant
+
+    k = read_trace(Path(__file__).parents[1] / "data" / "gpu" / "hf_llama_eager.json.gz").kernels
+    assert len(k) > 1000
+    assert is_constant(k.device) and is_constant(k.graph_id) and is_constant(k.graph_node_id)
+    assert not is_constant(k.start) and not is_constant(k.name) and not is_constant(k.correlation)
