@@ -115,10 +115,11 @@ _CAT_ALIASES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memse
 _GRAPH_API = re.compile(r"GraphLaunch")
 
 
-def read_kineto(path: str | Path, kinds=KINDS, chunk: int = CHUNK) -> Trace:
-    """Read a Kineto trace; ``kinds`` limits what is kept (fewer kinds, less work)."""
+def read_kineto(path: str | Path, kinds=KINDS, chunk: int = CHUNK, geometry: bool = True) -> Trace:
+    """Read a Kineto trace; ``kinds`` limits what is kept (fewer kinds, less work), and
+    ``geometry=False`` leaves out the kernels' grid, block, registers and shared memory."""
     path = Path(path)
-    rows = _Rows(set(kinds))
+    rows = _Rows(set(kinds), geometry)
     meta: dict = {}
     n_events = 0
     collecting = gc.isenabled()
@@ -804,8 +805,8 @@ class _Rows:
     """Events sorted by table; a table's values gather in Python lists and become numpy columns
     every ``_FLUSH`` rows and at the end."""
 
-    def __init__(self, kinds: set[str]):
-        self.kinds = kinds
+    def __init__(self, kinds: set[str], geometry: bool = True):
+        self.kinds, self.geometry = kinds, geometry
         self.strings = Strings()
         self.staged: dict[str, defaultdict[str, list]] = {}
         self.parts: dict[str, list[dict]] = {k: [] for k in KINDS}
@@ -859,7 +860,7 @@ class _Rows:
             cols["stream"] += [a.stream for a in args]
         if table in ("kernels", "launches", "cpu_ops"):
             cols["external_id"] += [a.external_id for a in args]
-        if table == "kernels":
+        if table == "kernels" and self.geometry:
             cols["grid"] += [a.grid for a in args]
             cols["block"] += [a.block for a in args]
             cols["registers"] += [a.registers for a in args]

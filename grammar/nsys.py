@@ -102,14 +102,16 @@ SCHEMA: dict[str, dict[str, Column]] = {
 }
 
 
-def read_nsys(path: str | Path) -> Trace:
+def read_nsys(path: str | Path, geometry: bool = True) -> Trace:
+    """Read an Nsight Systems export (or report, through ``nsys export``); ``geometry=False``
+    leaves out the kernels' grid, block, registers and shared memory (neither read nor checked)."""
     path = Path(path)
     if not path.exists():
         raise LayercError(f"no such file: {path}", str(path))
     if path.suffix == ".nsys-rep":
         with tempfile.TemporaryDirectory(prefix="layerc-nsys-") as tmp:
-            return _read_sqlite(_export(path, Path(tmp)), source=str(path))
-    return _read_sqlite(path, source=str(path))
+            return _read_sqlite(_export(path, Path(tmp)), source=str(path), geometry=geometry)
+    return _read_sqlite(path, source=str(path), geometry=geometry)
 
 
 def _export(rep: Path, tmp: Path) -> Path:
@@ -127,13 +129,13 @@ def _export(rep: Path, tmp: Path) -> Path:
     return out
 
 
-def _read_sqlite(path: Path, source: str) -> Trace:
+def _read_sqlite(path: Path, source: str, geometry: bool = True) -> Trace:
     with inputs.open_raw(path) as f:
         if f.read(16) != b"SQLite format 3\x00":
             raise ParseError("not an SQLite file (an Nsight Systems export is 'nsys export --type sqlite' output)", source)
     db = inputs.sqlite_connect(path)  # exactly this file, whatever its name holds
     try:
-        return _Reader(db, source, path).read()
+        return _Reader(db, source, path, geometry).read()
     except sqlite3.DatabaseError as e:
         raise ParseError(f"unreadable SQLite database: {e}", source) from None
     finally:
@@ -141,8 +143,8 @@ def _read_sqlite(path: Path, source: str) -> Trace:
 
 
 class _Reader:
-    def __init__(self, db: sqlite3.Connection, source: str, path: Path):
-        self.db = db
+    def __init__(self, db: sqlite3.Connection, source: str, path: Path, geometry: bool = True):
+        self.db, self.geometry = db, geometry
         self.source = source
         self.path = path
         self.tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
@@ -282,28 +284,35 @@ class _Reader:
         # than SQLite's temp B-tree).
         select = [
             "start", "end", col("device"), col("stream"), col("correlation"),
-            col("graph_id"), col("graph_node_id"),
-            # (SQLite's <<, & and | share one precedence level, left to right: parenthesize.)
-            f"({col('grid_x')} & 2147483647) | (({col('grid_y')} & 65535) << 31) | (({col('grid_z')} & 65535) << 47)",
-            f"({col('block_x')} & 2047) | (({col('block_y')} & 2047) << 11) | (({col('block_z')} & 2047) << 22)"
-            f" | (({col('registers')} & 511) << 33) | (({col('shared_dynamic')} & 1048575) << 42)",
-            col("shared_static"), col("name"), col("short"), self.col(table, "globalPid"), "rowid",
+            col("graph_id"), col("graph_node_id"), col("name"), col("short"), self.col(table, "globalPid"), "rowid",
         ]
-        names = ["start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "grid", "block", "shared_static", "name", "short", "gpid", "row"]
+        names = ["start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "name", "short", "gpid", "row"]
+        if self.geometry:
+            select += [
+                # (SQLite's <<, & and | share one precedence level, left to right: parenthesize.)
+                f"({col('grid_x')} & 2147483647) | (({col('grid_y')} & 65535) << 31) | (({col('grid_z')} & 65535) << 47)",
+                f"({col('block_x')} & 2047) | (({col('block_y')} & 2047) << 11) | (({col('block_z')} & 2047) << 22)"
+                f" | (({col('registers')} & 511) << 33) | (({col('shared_dynamic')} & 1048575) << 42)",
+                col("shared_static"),
+            ]
+            names += ["grid", "block", "shared_static"]
         data = dict(zip(names, self.fetch(table, select)))
         _sort_in_place(data.values(), data["start"])
-        grid, block = data["grid"], data["block"]
-        cols = {x: data[x] for x in ("start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "shared_static", "row")}
-        i32 = lambda x: x.astype(np.int32)  # noqa: E731 (the IR's type for these: converted once)
+        cols = {x: data[x] for x in ("start", "end", "device", "stream", "correlation", "graph_id", "graph_node_id", "row")}
         cols.update(
-            grid_x=i32(grid & 2147483647), grid_y=i32((grid >> 31) & 65535), grid_z=i32((grid >> 47) & 65535),
-            block_x=i32(block & 2047), block_y=i32((block >> 11) & 2047), block_z=i32((block >> 22) & 2047),
-            registers=i32((block >> 33) & 511), shared_dynamic=i32((block >> 42) & 1048575),
             pid=np.where(data["gpid"] >= 0, (data["gpid"] >> 24) & 0xFFFFFF, -1),
             name=self.string_ids(data["name"], table, "demangledName", data["row"]),
             short=self.string_ids(data["short"], table, "shortName", data["row"]),
         )
-        sizes = [cols[c] for c, (nsys, _) in _KERNEL_COLUMNS.items() if c.startswith(("grid_", "block_")) and nsys in have]
+        if self.geometry:
+            grid, block = data["grid"], data["block"]
+            i32 = lambda x: x.astype(np.int32)  # noqa: E731 (the IR's type for these: converted once)
+            cols.update(
+                grid_x=i32(grid & 2147483647), grid_y=i32((grid >> 31) & 65535), grid_z=i32((grid >> 47) & 65535),
+                block_x=i32(block & 2047), block_y=i32((block >> 11) & 2047), block_z=i32((block >> 22) & 2047),
+                registers=i32((block >> 33) & 511), shared_dynamic=i32((block >> 42) & 1048575), shared_static=data["shared_static"],
+            )
+        sizes = [cols[c] for c, (nsys, _) in _KERNEL_COLUMNS.items() if c.startswith(("grid_", "block_")) and nsys in have and c in cols]
         if sizes:  # text reads as 0 where SQL packs it: a size of 0 is checked
             zero = np.logical_or.reduce([v == 0 for v in sizes])
             if zero.any() and (error := self.bad_value(table, cols["row"][zero])) is not None:

@@ -20,10 +20,12 @@ KINDS = frozenset({"kernels", "launches", "cpu_ops", "annotations", "memops", "m
 RELEASE_FROM = 1 << 16
 
 
-def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
+def read_trace(path: str | Path, kinds: frozenset[str] = KINDS, geometry: bool = True) -> Trace:
     """The trace at ``path``, rows that no clock can have produced left out (and counted), every
-    table in start order."""
-    trace = _read(path, kinds)
+    table in start order. ``geometry=False``: kernels' grid, block, registers and shared memory
+    are not read (-1, held once), for what does not show them: a fifth of a Kineto kernel's
+    reading, most of its launch columns."""
+    trace = _read(path, kinds, geometry)
     trace.drop_invalid()
     trace.compact()
     trace.in_start_order()
@@ -32,7 +34,7 @@ def read_trace(path: str | Path, kinds: frozenset[str] = KINDS) -> Trace:
     return trace
 
 
-def _read(path: str | Path, kinds: frozenset[str]) -> Trace:
+def _read(path: str | Path, kinds: frozenset[str], geometry: bool) -> Trace:
     path = inputs.check_file(path)
     head = b""
     if path.suffix != ".nsys-rep":
@@ -41,11 +43,11 @@ def _read(path: str | Path, kinds: frozenset[str]) -> Trace:
     if path.suffix == ".nsys-rep" or head.startswith(b"SQLite format 3"):
         from layerc.grammar.nsys import read_nsys
 
-        return read_nsys(path)
+        return read_nsys(path, geometry)
     if inputs.compression(head) or head.lstrip()[:1] in (b"{", b"["):
         from layerc.grammar.kineto import read_kineto
 
-        return read_kineto(path, kinds)
+        return read_kineto(path, kinds, geometry=geometry)
     if not head:
         raise ParseError("the file is empty", str(path))
     raise ParseError("not a trace: neither an Nsight Systems SQLite export nor PyTorch profiler JSON", str(path))

@@ -96,7 +96,7 @@ def _traces(args: argparse.Namespace) -> int:
     runs = []
     for path in (args.a, args.b):
         module = analyze(argparse.Namespace(trace=path, kernel_tables=None, strategy=args.strategy, split_half_layers=False,
-                                            timing=False, stage="all"))
+                                            timing=False, stage="all", geometry=False))
         for w in module.layers.warnings if module.layers else ():
             warn(args, w, path)
         runs.append(run_of(module))

@@ -80,7 +80,7 @@ def analyze(args: argparse.Namespace, quiet: bool = False) -> TraceModule:
 
     manager = PassManager(trace_passes(args), print_ir_after_all=getattr(args, "print_ir_after_all", False), print_ir=print_trace,
                           ir_stream=sys.stderr)
-    trace = read_trace(args.trace)
+    trace = read_trace(args.trace, geometry=getattr(args, "geometry", True))  # (launch geometry: for outputs that show it)
     if len(trace.kernels) >= RELEASE_FROM:
         # the process's allocator policy, which a command sets (a library leaves it to its caller)
         inputs.reuse_freed()
@@ -153,7 +153,7 @@ def _rank_job(path: str, strategy: str, stage: str, kernels: bool = False,
     from layerc.passes.ranks import module_rank, rank_tables
 
     module = analyze(argparse.Namespace(trace=path, kernel_tables=None, strategy=strategy, split_half_layers=False,
-                                        timing=False, stage=stage), quiet=True)
+                                        timing=False, stage=stage, geometry=kernels), quiet=True)
     said = module.layers.warnings if module.layers else []
     tables = rank_tables(module, module_rank(module) or 0, stage)
     if not kernels:
@@ -283,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
             warn(args, f"--num-layers {args.num_layers} but {args.model_config} says {from_config}; "
                        "checking against --num-layers", args.trace)
         args.num_layers = args.num_layers or from_config
+    args.geometry = bool(args.perfetto or args.parquet)  # the outputs that show kernels' launch geometry
     module = analyze(args)
     a = Analysis.of(module, args.stage)
     for w in a.layers.warnings:

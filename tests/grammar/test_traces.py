@@ -306,3 +306,45 @@ def test_perfetto_command_draws_replays_and_layers(shared, tmp_path):
             begins[name] = begins.get(name, 0) + 1
     assert begins["layers"] == 36 and begins["graph replays"] == 1
     assert sum(v for k, v in begins.items() if k.startswith("stream")) >= 555
+
+
+GEOMETRY = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_static", "shared_dynamic")
+
+
+@pytest.mark.parametrize("name", ["torch/hta_legacy_flows_a100.json.gz", "torch/sglang_qwen3-8b_extend_mi300x.json.gz",
+                                  "nsys/nsysai_2gpu_1s_schema3.25.sqlite", "generated nsys"])
+def test_a_read_without_launch_geometry_keeps_everything_else(shared, tmp_path, name):
+    """``geometry=False`` (what ``trace`` reads when no output shows grids and blocks): those
+    columns are -1, held once, and every other column of every table is what a full read gives."""
+    from layerc.ir.trace import is_constant
+
+    if name == "generated nsys":
+        path = tmp_path / "g.sqlite"
+        generate(path, kernels=3000, devices=2)
+    else:
+        path = shared / "data" / "traces" / name
+    full, lean = read_trace(path), read_trace(path, geometry=False)
+    assert (full.kernels.grid_x >= 0).any()  # the trace has geometry to leave out
+    for table in ("kernels", "launches", "cpu_ops", "annotations", "memops", "modules"):
+        a, b = getattr(full, table), getattr(lean, table)
+        for col in a.COLUMNS:
+            if table == "kernels" and col in GEOMETRY:
+                assert (getattr(b, col) == -1).all() and (is_constant(getattr(b, col)) or len(b) < 2)
+            else:
+                assert np.array_equal(getattr(a, col), getattr(b, col)), (table, col)
+    assert full.strings.values == lean.strings.values
+
+
+def test_trace_reads_launch_geometry_only_for_outputs_that_show_it(shared, tmp_path, monkeypatch):
+    """``layerc trace`` reads grids and blocks for --perfetto and --parquet, not for its report."""
+    import layerc.grammar.traces as traces
+    from layerc.tools.driver import main
+
+    asked = []
+    real = traces.read_trace
+    monkeypatch.setattr(traces, "read_trace", lambda path, kinds=traces.KINDS, geometry=True: asked.append(geometry) or real(path, kinds, geometry))
+    path = str(shared / "data" / "traces" / "torch" / "hf_qwen1.5-0.5b_h100.json.gz")
+    for extra in ([], ["--json", str(tmp_path / "t.json")], ["--perfetto", str(tmp_path / "t.pftrace")], ["--parquet", str(tmp_path / "pq")]):
+        assert main(["trace", path, *extra]) == 0
+    assert main(["perfetto", path, "-o", str(tmp_path / "p.pftrace")]) == 0
+    assert asked == [False, False, True, True, True]
