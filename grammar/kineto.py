@@ -953,7 +953,9 @@ def _concat(cls, parts: list[dict]):
     columns = {}
     for name in list(parts[0]):
         pieces = [p.pop(name) for p in parts]
-        columns[name] = col = np.concatenate(pieces, dtype=cls.COLUMNS.get(name, pieces[0].dtype), casting="unsafe")
+        dtype = cls.COLUMNS.get(name, pieces[0].dtype)
+        columns[name] = col = (pieces[0].astype(dtype, casting="unsafe", copy=False) if len(pieces) == 1 else
+                               np.concatenate(pieces, dtype=dtype, casting="unsafe"))
         del pieces
         if col.nbytes >= _RELEASE_PARTS:
             inputs.release_freed()

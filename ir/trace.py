@@ -8,7 +8,9 @@ Tables: ``kernels`` (GPU kernels), ``launches`` (host runtime/driver API calls),
 (framework ops, with Input Dims when recorded), ``annotations`` (NVTX ranges, user annotations
 and their GPU projections), ``memops`` (memcpy/memset), ``modules`` (``nn.Module`` spans from
 ``python_function`` events). Kernels link to launches by correlation id, launches to CPU ops by
-External id. Times are int64 nanoseconds; absent integers are -1.
+External id. Times are int64 nanoseconds; absent integers are -1. A column of one value in every
+row (a one-GPU trace's device, a field the profiler does not record) is held once and is
+read-only (``constant``): make a new column rather than write into one.
 """
 
 from __future__ import annotations
@@ -130,7 +132,10 @@ class Table:
 def constant(value: Any, n: int, dtype: Any) -> np.ndarray:
     """A column of ``n`` rows of one value, held once: read-only (a write raises, where it would
     write every row), no memory per row."""
-    return np.broadcast_to(np.array(value, dtype), (n,))
+    one = np.array(value, dtype)
+    col = np.ndarray((n,), one.dtype, buffer=one, strides=(0,))  # (np.broadcast_to's checks cost microseconds)
+    col.flags.writeable = False
+    return col
 
 
 def is_constant(col: np.ndarray) -> bool:
