@@ -58,7 +58,7 @@ import numpy as np
 from layerc.ir.diagnostics import LayercError
 from layerc.backends.outputs import atomic_path, open_staged
 from layerc.backends.pb_columns import Rows, join
-from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, distinct, group_order, link, ragged, unique, unique_inverse
+from layerc.ir.trace import ANNOTATION_GPU, LAUNCH_DRIVER, MEMSET, Trace, ascending, distinct, group_order, link, ragged, unique, unique_inverse
 
 #: The one packet sequence every packet is written on.
 SEQUENCE_ID = 0x6C63
@@ -468,10 +468,12 @@ class _Layout:
 
         # streams: kernels and memops together
         kr, mr = self.rows[K_KERNEL], self.rows[K_MEMOP]
-        both = _Rows(-1, np.concatenate([kr.start, mr.start]), np.concatenate([kr.end, mr.end]))
-        dev = np.concatenate([k.device, m.device]).astype(np.int64)
-        stream = np.concatenate([k.stream, m.stream])
-        keys, key = _unique_rows(dev, stream)
+        if len(mr):
+            both = _Rows(-1, np.concatenate([kr.start, mr.start]), np.concatenate([kr.end, mr.end]))
+            keys, key = _unique_rows(np.concatenate([k.device, m.device]).astype(np.int64), np.concatenate([k.stream, m.stream]))
+        else:  # (a column per kernel less to hold)
+            both = _Rows(-1, kr.start, kr.end)
+            keys, key = _unique_rows(k.device.astype(np.int64), k.stream)
 
         def stream_track(g: int, lane: int) -> _Track:
             d, s = int(keys[g][0]), int(keys[g][1])
@@ -538,17 +540,17 @@ class _Layout:
         if n == 0:
             return track, rank
         group = np.asarray(group, np.int64)
-        order = _by_group_start(group, rows.start, rows.end)
+        order, g, s, e = _by_group_start(group, rows.start, rows.end)
         rank[order] = np.arange(n, dtype=np.int32)
-        g, s, e = group[order], rows.start[order], rows.end[order]
-        cuts = np.nonzero(np.diff(g))[0] + 1
+        cuts = np.nonzero(g[1:] != g[:-1])[0] + 1
+        del g
         bounds = np.concatenate([[0], cuts, [n]])
         flat = np.ones(n, bool)  # the next row starts after this one ends, within the group
         flat[:-1] = s[1:] >= e[:-1]
         flat[bounds[1:] - 1] = True
         lanes: dict[tuple[int, int], int] = {}
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            gid = int(g[a])
+        first = group[order[bounds[:-1]]].tolist()  # each run's group
+        for a, b, gid in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first):
             ln = np.zeros(b - a, np.int64)
             if not flat[a:b].all():
                 for c, d in _pieces(s[a:b], e[a:b]):
@@ -577,16 +579,19 @@ class _Layout:
             kl = np.where((kl >= 0) & (self.rows[K_KERNEL].start >= 0) & drawn[np.maximum(kl, 0)], kl, -1)
             ml = np.where((ml >= 0) & (self.rows[K_MEMOP].start >= 0) & drawn[np.maximum(ml, 0)], ml, -1)
         self.kernel_flows, self.memop_flows = kl >= 0, ml >= 0
-        launch = np.concatenate([kl, ml])
-        flow = np.arange(1, len(launch) + 1, dtype=np.int32)
-        start = np.concatenate([self.rows[K_KERNEL].start, self.rows[K_MEMOP].start])
-        keep = launch >= 0
-        launch, flow, start = launch[keep], flow[keep], start[keep]
-        order = np.lexsort((start, launch))
-        self.launch_flows = flow[order]
+        launch = np.concatenate([kl, ml]) if len(ml) else kl
+        del kl, ml
+        keep = np.flatnonzero(launch >= 0)  # (flow id: position + 1)
+        launch = launch[keep]
+        start = (np.concatenate([self.rows[K_KERNEL].start, self.rows[K_MEMOP].start]) if len(t.memops) else self.rows[K_KERNEL].start)[keep]
+        # each launch's flows in start order (ties in row order): where the rows come in start
+        # order (kernels read in start order, no memops), a stable sort by launch alone
+        order = np.argsort(launch, kind="stable") if ascending(start) else np.lexsort((start, launch))
+        del start
+        self.launch_flows = (keep[order] + 1).astype(np.int32)
         counts = np.bincount(launch, minlength=len(t.launches)) if len(launch) else np.zeros(len(t.launches), np.int64)
         self.launch_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.flows = int(keep.sum())
+        self.flows = len(keep)
 
     def kernel_flow(self, b: np.ndarray) -> np.ndarray:
         """Flow ids of kernels ``b`` (0: none)."""
@@ -663,17 +668,19 @@ class _Layout:
         return ts_a[order], code_a[order]
 
 
-def _by_group_start(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The order of rows by (group, start, longer first), ties in row order: ``np.lexsort``'s.
-    Rows mostly come in start order (a trace's kernels, then its memcpys), and groups are few:
-    a stable sort by start (runs merged) then by group (``group_order``) give it unless two rows
-    of a group start together shorter first, where the lexsort is done after all."""
+def _by_group_start(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The order of rows by (group, start, longer first), ties in row order: ``np.lexsort``'s;
+    and the group, start and end columns in that order. Rows mostly come in start order (a
+    trace's kernels, then its memcpys), and groups are few: a stable sort by start (runs merged)
+    then by group (``group_order``) give it unless two rows of a group start together shorter
+    first, where the lexsort is done after all."""
     order = np.argsort(start, kind="stable")
     order = order[group_order(group[order])]
     g, s, e = group[order], start[order], end[order]
-    if not ((g[1:] == g[:-1]) & (s[1:] == s[:-1]) & (e[1:] > e[:-1])).any():
-        return order
-    return np.lexsort((-end, start, group))
+    if ((g[1:] == g[:-1]) & (s[1:] == s[:-1]) & (e[1:] > e[:-1])).any():
+        order = np.lexsort((-end, start, group))
+        g, s, e = group[order], start[order], end[order]
+    return order, g, s, e
 
 
 def _event_keys(rank: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
