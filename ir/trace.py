@@ -113,7 +113,7 @@ class Table:
         """The rows selected by a boolean mask, an index array or a slice, as a new table (a
         constant column stays one)."""
         cols = {name: getattr(self, name) for name in self.COLUMNS}
-        n = len(np.empty(len(self), np.bool_)[index]) if any(is_constant(c) for c in cols.values()) else 0
+        n = _selected(index, len(self)) if any(is_constant(c) for c in cols.values()) else 0
         return type(self)(**{name: constant(c[0], n, c.dtype) if is_constant(c) and n else c[index] for name, c in cols.items()})
 
     def concat(self, other: Self) -> Self:
@@ -136,6 +136,14 @@ def constant(value: Any, n: int, dtype: Any) -> np.ndarray:
     col = np.ndarray((n,), one.dtype, buffer=one, strides=(0,))  # (np.broadcast_to's checks cost microseconds)
     col.flags.writeable = False
     return col
+
+
+def _selected(index: np.ndarray | slice, n: int) -> int:
+    """How many of ``n`` rows a boolean mask, an index array or a slice selects."""
+    if isinstance(index, slice):
+        return len(range(*index.indices(n)))
+    index = np.asarray(index)
+    return int(np.count_nonzero(index)) if index.dtype == np.bool_ else len(index)
 
 
 def is_constant(col: np.ndarray) -> bool:
