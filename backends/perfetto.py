@@ -468,12 +468,8 @@ class _Layout:
 
         # streams: kernels and memops together
         kr, mr = self.rows[K_KERNEL], self.rows[K_MEMOP]
-        if len(mr):
-            both = _Rows(-1, np.concatenate([kr.start, mr.start]), np.concatenate([kr.end, mr.end]))
-            keys, key = _unique_rows(np.concatenate([k.device, m.device]).astype(np.int64), np.concatenate([k.stream, m.stream]))
-        else:  # (a column per kernel less to hold)
-            both = _Rows(-1, kr.start, kr.end)
-            keys, key = _unique_rows(k.device.astype(np.int64), k.stream)
+        both = _Rows(-1, _joined(kr.start, mr.start), _joined(kr.end, mr.end))
+        keys, key = _unique_rows(_joined(k.device, m.device).astype(np.int64), _joined(k.stream, m.stream))
 
         def stream_track(g: int, lane: int) -> _Track:
             d, s = int(keys[g][0]), int(keys[g][1])
@@ -542,14 +538,13 @@ class _Layout:
         group = np.asarray(group, np.int64)
         order, g, s, e = _by_group_start(group, rows.start, rows.end)
         rank[order] = np.arange(n, dtype=np.int32)
-        cuts = np.nonzero(g[1:] != g[:-1])[0] + 1
+        bounds = np.concatenate([[0], np.nonzero(g[1:] != g[:-1])[0] + 1, [n]])
+        first = g[bounds[:-1]].tolist()  # each run's group
         del g
-        bounds = np.concatenate([[0], cuts, [n]])
         flat = np.ones(n, bool)  # the next row starts after this one ends, within the group
         flat[:-1] = s[1:] >= e[:-1]
         flat[bounds[1:] - 1] = True
         lanes: dict[tuple[int, int], int] = {}
-        first = group[order[bounds[:-1]]].tolist()  # each run's group
         for a, b, gid in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first):
             ln = np.zeros(b - a, np.int64)
             if not flat[a:b].all():
@@ -579,11 +574,11 @@ class _Layout:
             kl = np.where((kl >= 0) & (self.rows[K_KERNEL].start >= 0) & drawn[np.maximum(kl, 0)], kl, -1)
             ml = np.where((ml >= 0) & (self.rows[K_MEMOP].start >= 0) & drawn[np.maximum(ml, 0)], ml, -1)
         self.kernel_flows, self.memop_flows = kl >= 0, ml >= 0
-        launch = np.concatenate([kl, ml]) if len(ml) else kl
+        launch = _joined(kl, ml)
         del kl, ml
         keep = np.flatnonzero(launch >= 0)  # (flow id: position + 1)
         launch = launch[keep]
-        start = (np.concatenate([self.rows[K_KERNEL].start, self.rows[K_MEMOP].start]) if len(t.memops) else self.rows[K_KERNEL].start)[keep]
+        start = _joined(self.rows[K_KERNEL].start, self.rows[K_MEMOP].start)[keep]
         # each launch's flows in start order (ties in row order): where the rows come in start
         # order (kernels read in start order, no memops), a stable sort by launch alone
         order = np.argsort(launch, kind="stable") if ascending(start) else np.lexsort((start, launch))
@@ -666,6 +661,12 @@ class _Layout:
         del ts, keys, codes
         order = np.lexsort((key_a, ts_a))
         return ts_a[order], code_a[order]
+
+
+def _joined(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A kernel column and its memop twin one after the other: the kernels' own where a trace
+    has no memops (no copy of a column per kernel)."""
+    return np.concatenate([a, b]) if len(b) else a
 
 
 def _by_group_start(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
