@@ -103,10 +103,9 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
     gaps = _repeat_gaps(tokens, n // 2)
     gaps[:lo] = 0
     best, score = 0, 0.0
-    for p in np.argsort(-gaps, kind="stable")[:32].tolist():
-        if not gaps[p]:
-            break
-        s = float(np.mean(tokens[p:] == tokens[:-p]))
+    tried = np.argsort(-gaps, kind="stable")[:32]
+    tried = tried[gaps[tried] > 0]
+    for p, s in zip(tried.tolist(), shift_matches(tokens, tried).tolist()):
         if s > score + 1e-9 or abs(s - score) < 1e-9 and p < best:
             best, score = p, s
     # a multiple of the true period predicts as well: keep the smallest that does, and repeats
@@ -119,6 +118,24 @@ def find_period(tokens: np.ndarray, lo: int = 3) -> tuple[int, float]:
             if s >= score - 0.01 and _repeats_whole(tokens, q, copies=2):
                 best, score = q, s
     return _shortest_unit(tokens, gaps, best, score)
+
+
+#: at most this many positions times shifts are compared in one step (a bool matrix of 1 MB)
+_SHIFT_CELLS = 1 << 20
+
+
+def shift_matches(tokens: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """For each shift ``q`` (0 < q < len), the share of positions ``i`` where ``tokens[i + q]
+    == tokens[i]`` (``np.mean(tokens[q:] == tokens[:-q])``, the same float), for all shifts in
+    a few steps: a short pass's candidates cost one comparison, not one each."""
+    n, shifts = len(tokens), np.asarray(shifts, np.int64)
+    if not len(shifts) or n * len(shifts) > _SHIFT_CELLS:
+        return np.array([np.mean(tokens[q:] == tokens[:-q]) for q in shifts.tolist()], np.float64)
+    at = np.arange(n) + shifts[:, None]
+    inside = at < n
+    same = (tokens[np.minimum(at, n - 1)] == tokens) & inside
+    share: np.ndarray = np.count_nonzero(same, axis=1) / (n - shifts)
+    return share
 
 
 def _repeat_gaps(tokens: np.ndarray, most: int) -> np.ndarray:
@@ -134,11 +151,11 @@ def _shortest_unit(tokens: np.ndarray, gaps: np.ndarray, best: int, score: float
     better than the layer. The shortest candidate that fits ``LAYERS`` times in ``best``, predicts
     nearly as well, repeats exactly over three units in a row, and whose unit is a layer-like
     sequence (three distinct kernels, one of them once: not a run of one kernel) is the period."""
-    for q in sorted(np.nonzero(gaps[: best // LAYERS + 1])[0].tolist()):
-        match = tokens[q:] == tokens[:-q]
-        s = float(np.mean(match))
+    shorter = np.nonzero(gaps[: best // LAYERS + 1])[0]
+    for q, s in zip(shorter.tolist(), shift_matches(tokens, shorter).tolist()):
         if s < max(SHORTER * score, 0.35):
             continue
+        match = tokens[q:] == tokens[:-q]
         at = _longest_match_run(match)
         if at + 2 * q > len(match) or not match[at : at + 2 * q].all():
             continue

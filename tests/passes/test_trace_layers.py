@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from layerc.grammar.traces import read_trace
 from layerc.passes.kernel_tables import TYPES, kernel_table
-from layerc.passes.trace_layers import by_pass, detect_layers, find_period, from_spans, merge_half_layers, passes
+from layerc.passes import trace_layers
+from layerc.passes.trace_layers import by_pass, detect_layers, find_period, from_spans, merge_half_layers, passes, shift_matches
 from layerc.backends.synth import nsys as gen_nsys
 from layerc.backends.synth.kineto import MODELS, generate
 
@@ -440,6 +441,24 @@ def test_find_period_of_distinct_tokens(data):
     period, score = find_period(tokens)
     assert period == size
     assert score >= (size * (times - 1)) / (len(tokens) - size) - 1e-9
+
+
+@given(st.lists(st.integers(0, 5), min_size=2, max_size=300), st.data(), st.booleans())
+def test_shift_matches_are_each_shifts_mean(tokens, data, stepwise):
+    """Every shift's share is the float ``np.mean`` gives, to the last bit (a period's score is
+    compared with 1e-9 slack, and ties go to the shorter shift: a rounding apart would change a
+    period), whether the shifts are compared in one step or, past ``_SHIFT_CELLS``, one at a time."""
+    t = np.array(tokens, np.int64)
+    shifts = data.draw(st.lists(st.integers(1, len(t) - 1), max_size=40))
+    cells = trace_layers._SHIFT_CELLS
+    try:
+        if stepwise:
+            trace_layers._SHIFT_CELLS = 0
+        got = shift_matches(t, np.array(shifts, np.int64))
+    finally:
+        trace_layers._SHIFT_CELLS = cells
+    want = np.array([np.mean(t[q:] == t[:-q]) for q in shifts], np.float64)
+    assert got.dtype == np.float64 and got.tobytes() == want.tobytes()
 
 
 def test_find_period_of_too_short_a_sequence():
